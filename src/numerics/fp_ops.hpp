@@ -1,0 +1,140 @@
+#pragma once
+// IEEE binary32/binary64 operations with the rounding written out, so no compiler may contract or
+// reassociate them. On the GPU the *_rn intrinsics are never fused by nvcc; on the CPU the library is
+// compiled with -ffp-contract=off, and fused steps use fma explicitly.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "numerics/host_device.hpp"
+
+namespace mhc {
+
+MHC_HD float mul_rn32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+MHC_HD float add_rn32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// fma32(a,b,c) = RN32(a*b + c), one rounding.
+MHC_HD float fma_rn32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+MHC_HD double mul_rn64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+MHC_HD double add_rn64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+MHC_HD double sub_rn64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+MHC_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+MHC_HD float float_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+MHC_HD uint64_t double_bits(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+
+MHC_HD double double_from_bits(uint64_t u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+#endif
+}
+
+// RN32 of a binary64 value (one rounding).
+MHC_HD float round_to_fp32_rne(double d) {
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(d);
+#else
+  return static_cast<float>(d);
+#endif
+}
+
+// Round-to-odd from binary64 to binary32: truncate, and set the last bit when anything was lost.
+// Rounding to odd at 24 bits and then to nearest at 8 bits is one correct rounding (Boldo & Melquiond,
+// "When double rounding is odd"), which is how a binary64 or exact value reaches bf16 without double rounding.
+MHC_HD float round_to_fp32_odd(double d) {
+  float f = round_to_fp32_rne(d);
+  double back = static_cast<double>(f);
+  if (back != d && d == d) {
+    uint32_t u = float_bits(f);
+    if ((u & 1u) == 0) {
+      // f is the even neighbour; the odd one lies on the other side of d.
+      if (std::fabs(back) > std::fabs(d)) u -= 1; else u += 1;
+    }
+    f = float_from_bits(u);
+  }
+  return f;
+}
+
+// Round-to-odd to binary64 of an exact value hi + lo, where hi = RN64(hi + lo).
+MHC_HD double round_to_fp64_odd(double hi, double lo) {
+  if (lo == 0.0 || hi == 0.0) return hi;  // exact (a normalised pair never has hi == 0 with lo != 0)
+  uint64_t u = double_bits(hi);
+  if ((u & 1u) == 0) {
+    // hi is the even neighbour of the exact value; the odd one is one step towards lo.
+    bool lo_points_away_from_zero = (lo > 0) == (hi > 0);
+    if (lo_points_away_from_zero) u += 1; else u -= 1;
+  }
+  return double_from_bits(u);
+}
+
+}  // namespace mhc
