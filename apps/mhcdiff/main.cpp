@@ -1,18 +1,53 @@
-// mhcdiff: CLI11 wiring only. Each subcommand is declared in one function and calls one library entry
-// point; library errors become exit code 2 here and nowhere else.
-#include <CLI/CLI.hpp>
+// mhcdiff: CLI11 wiring only. Each subcommand lives in its own cmd_*.cpp; library errors (InputError,
+// std::invalid_argument) become exit code 2 here and nowhere else.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "io/errors.hpp"
 
 int main(int argc, char** argv) {
+  // Logs and progress go to stderr; stdout is for the report (SPEC §4).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("mhcdiff"));
+  spdlog::set_pattern("%^[%l]%$ %v");
+
   CLI::App app{"mhcdiff: validate and diff the mHC post operator under real rounding policies"};
   app.require_subcommand(1);
   app.set_version_flag("--version", MHCDIFF_VERSION);
+  bool quiet = false, verbose = false;
+  app.add_flag("-q,--quiet", quiet, "only errors on stderr");
+  app.add_flag("-v,--verbose", verbose, "debug logging on stderr");
+  app.parse_complete_callback([&] {
+    spdlog::set_level(quiet ? spdlog::level::err : verbose ? spdlog::level::debug : spdlog::level::info);
+  });
+
+  mhc::cli::CommandContext ctx;
+  mhc::cli::add_gen_command(app, ctx);
+  mhc::cli::add_run_command(app, ctx);
+  mhc::cli::add_info_command(app, ctx);
+  mhc::cli::add_compare_command(app, ctx);
+  mhc::cli::add_golden_command(app, ctx);
+  mhc::cli::add_explain_command(app, ctx);
+  mhc::cli::add_fingerprint_command(app, ctx);
+  mhc::cli::add_extract_command(app, ctx);
+  mhc::cli::add_bench_command(app, ctx);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  } catch (const mhc::InputError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return 2;
   }
-  return 0;
+  return ctx.exit_code;
 }

@@ -1,0 +1,137 @@
+#pragma once
+// The HDF5 tensor store, format "mhcdiff/1" (SPEC §3, docs/format.md).
+//
+//   /inputs/x [.., D] bf16, /inputs/residual [.., H, D] bf16, /inputs/post [.., H] f32,
+//   /inputs/comb [.., H, H] f32 (src,dst), [/inputs/grad_out [.., H, D] bf16]
+//   /results/<policy>/out [S,H,D] bf16, [out_f64], [grad_x, grad_residual, grad_post, grad_comb, *_f64]
+//
+// Every read is by slabs of tokens (rows of the flattened leading axis) so memory stays bounded.
+// Every write is atomic: a temp file beside the destination, renamed over it on commit().
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/errors.hpp"
+#include "kernels/tensors.hpp"
+#include "policy/policy.hpp"
+
+namespace mhc::io {
+
+enum class DType { bf16, f32, f64 };
+const char* dtype_name(DType t);
+
+enum class CombLayout { src_dst, dst_src };
+
+struct ReadOptions {
+  CombLayout comb_layout = CombLayout::src_dst;  // orientation of comb in the file (--comb-layout)
+  bool round_inputs = false;                     // allow f32/f64 data that is not exactly bf16 (--round-inputs)
+};
+
+// What was found while reading inputs (reported, never silently dropped).
+struct InputCensus {
+  int64_t nan_count = 0;
+  int64_t inf_count = 0;
+  int64_t rounded_count = 0;  // values changed by --round-inputs
+};
+
+// Reads the /inputs group of a file in slabs of tokens, validating names, ranks, shapes and dtypes.
+class InputReader {
+ public:
+  InputReader(const std::string& path, const ReadOptions& options = {});
+  ~InputReader();
+  InputReader(InputReader&&) noexcept;
+  InputReader& operator=(InputReader&&) noexcept;
+
+  const std::string& path() const;
+  const Shape& shape() const;                      // S flattened over leading batch dims
+  const std::vector<int64_t>& batch_dims() const;  // the leading dims as stored (product = S)
+  bool has_grad() const;
+  // Tokens [s0, s0 + count) of every input tensor (grad_out when present), comb in src,dst orientation.
+  Inputs read_slab(int64_t s0, int64_t count, InputCensus* census = nullptr);
+  // A checksum of the input datasets' contents (provenance).
+  std::string checksum();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The whole file at once (tests, small inputs).
+Inputs read_inputs(const std::string& path, const ReadOptions& options = {});
+
+// Provenance attached to every results group (SPEC §3).
+struct Provenance {
+  std::string tool_version;
+  std::string policy_description;
+  std::string device;  // "cpu" or the GPU's name
+  std::string host;
+  std::string utc_time;
+  std::string input_checksum;
+};
+Provenance make_provenance(const Policy& policy, const std::string& device, const std::string& input_checksum);
+
+// Writes a complete mhcdiff/1 file atomically. Nothing appears at `path` until commit(); a writer that is
+// destroyed without commit() removes its temp file and leaves any existing file untouched.
+class ResultWriter {
+ public:
+  // Throws InputError when the destination directory is not writable, or when path names `forbid_same_as`.
+  explicit ResultWriter(const std::string& path, const std::string& forbid_same_as = "");
+  ~ResultWriter();
+  ResultWriter(const ResultWriter&) = delete;
+  ResultWriter& operator=(const ResultWriter&) = delete;
+
+  // The /inputs group (whole tensors, or call append_inputs per slab after declare_inputs).
+  void declare_inputs(const Shape& shape, bool with_grad);
+  void append_inputs(int64_t s0, const Inputs& slab);
+
+  // A /results/<policy> group with its datasets sized for `shape`.
+  void declare_policy(const Policy& policy, const Shape& shape, bool backward, const Provenance& provenance);
+  void append_result(const std::string& policy_name, int64_t s0, const PolicyResult& slab);
+
+  // Extra string/float attributes on a group ("/" or "/results/<policy>"), e.g. golden tolerances.
+  void set_attribute(const std::string& group, const std::string& name, const std::string& value);
+  void set_attribute(const std::string& group, const std::string& name, double value);
+
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Generic read access to any dataset of an mhcdiff/1 file (compare, info, golden, fingerprint).
+struct TensorInfo {
+  std::string dataset;         // full path, e.g. "/results/fp32-seeded/out"
+  DType dtype = DType::bf16;
+  std::vector<int64_t> dims;   // as stored
+  int64_t rows() const;        // product of dims except the trailing "element" dims of its kind
+};
+
+class TensorFile {
+ public:
+  explicit TensorFile(const std::string& path);  // read-only; InputError when missing / not HDF5 / not mhcdiff/1
+  ~TensorFile();
+  TensorFile(TensorFile&&) noexcept;
+  TensorFile& operator=(TensorFile&&) noexcept;
+
+  const std::string& path() const;
+  std::vector<std::string> policies() const;                           // names under /results
+  std::vector<std::string> datasets(const std::string& group) const;   // dataset names in a group
+  bool exists(const std::string& dataset) const;
+  TensorInfo info(const std::string& dataset) const;
+  std::vector<std::pair<std::string, std::string>> attributes(const std::string& object) const;  // as text
+
+  // Elements [first, first + count) of the dataset in row-major order, converted to the requested
+  // representation; bf16 reads return raw bits, f32/f64 reads require the stored dtype to match.
+  void read_bf16(const std::string& dataset, int64_t first, int64_t count, bf16_bits* dst) const;
+  void read_f32(const std::string& dataset, int64_t first, int64_t count, float* dst) const;
+  void read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mhc::io

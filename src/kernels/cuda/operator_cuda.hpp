@@ -1,0 +1,20 @@
+#pragma once
+// The operator on an NVIDIA GPU: the same policies and the same arithmetic (kernels/operator_math.hpp)
+// as kernels/cpu, bit for bit. Host-in, host-out entry points (the kernels stream slabs through the GPU).
+#include <string>
+
+#include "kernels/tensors.hpp"
+#include "numerics/exact_fallback.hpp"
+#include "policy/policy.hpp"
+
+namespace mhc::cuda {
+
+bool device_available();
+std::string device_name();
+
+// Elements the GPU's exact fast path cannot certify are finished on the CPU with the multiprecision
+// fallback; RunStats says how many.
+RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, ExactBackend backend);
+RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, ExactBackend backend);
+
+}  // namespace mhc::cuda
