@@ -1,0 +1,242 @@
+#include "investigate/explain.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "investigate/json_text.hpp"
+#include "kernels/operator_math.hpp"
+#include "numerics/exact_fallback.hpp"
+
+namespace mhc::investigate {
+
+TraceContext*& TraceContext::current() {
+  thread_local TraceContext* ctx = nullptr;
+  return ctx;
+}
+
+std::string TraceContext::name_of(double v) const {
+  // A value that no input, or several inputs, have is shown as a number: a name could mislead.
+  const std::string number = v < 0 ? fmt::format("({})", v) : fmt::format("{}", v);
+  std::string found;
+  for (const auto& [value, name] : names) {
+    if (value != v || std::signbit(value) != std::signbit(v)) continue;
+    if (!found.empty() && found != name) return number;
+    found = name;
+  }
+  return found.empty() ? number : found;
+}
+
+double bf16_ulp(double v) {
+  const double a = std::fabs(v);
+  if (!(a >= 0x1p-126) || std::isinf(a)) return 0x1p-133;
+  return std::ldexp(1.0, std::ilogb(a) - 7);
+}
+
+ElementInputs element_inputs(const InputsView& in, int64_t s, int ho, int64_t d) {
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  ElementInputs e;
+  e.H = H;
+  e.p = in.post[s * H + ho];
+  e.x = bf16_to_float(in.x[s * D + d]);
+  for (int k = 0; k < H; ++k) {
+    e.c[k] = in.comb[(s * H + k) * H + ho];
+    e.r[k] = bf16_to_float(in.residual[(s * H + k) * D + d]);
+  }
+  return e;
+}
+
+namespace {
+
+// Installs a context for the duration of one traced evaluation.
+struct ScopedTrace {
+  TraceContext ctx;
+  ScopedTrace() { TraceContext::current() = &ctx; }
+  ~ScopedTrace() { TraceContext::current() = nullptr; }
+};
+
+void name_inputs(TraceContext& ctx, const ElementInputs& in, bool coef_bf16) {
+  ctx.names.emplace_back(in.p, "p");
+  ctx.names.emplace_back(in.x, "x");
+  for (int k = 0; k < in.H; ++k) {
+    ctx.names.emplace_back(in.c[k], fmt::format("c{}", k));
+    ctx.names.emplace_back(in.r[k], fmt::format("r{}", k));
+  }
+  if (!coef_bf16) return;
+  if (rnb(in.p) != in.p) ctx.names.emplace_back(rnb(in.p), "pb");
+  for (int k = 0; k < in.H; ++k)
+    if (rnb(in.c[k]) != in.c[k]) ctx.names.emplace_back(rnb(in.c[k]), fmt::format("cb{}", k));
+}
+
+void coefficient_steps(std::vector<TraceStep>& steps, const ElementInputs& in) {
+  auto step = [&](const std::string& name, const std::string& of, float v) {
+    const float r = rnb(v);
+    steps.push_back({name, "RNb(" + of + ")", "bf16", r, double(v) - double(r)});
+  };
+  step("pb", "p", in.p);
+  for (int k = 0; k < in.H; ++k) step(fmt::format("cb{}", k), fmt::format("c{}", k), in.c[k]);
+}
+
+template <class F>
+PolicyTrace trace_rounded(const Policy& policy, const ElementInputs& in) {
+  PolicyTrace t;
+  t.policy = policy;
+  const bool coef_bf16 = policy.desc.coef == CoefRounding::bf16;
+  if (coef_bf16) coefficient_steps(t.steps, in);
+  ScopedTrace scope;
+  name_inputs(scope.ctx, in, coef_bf16);
+  const Traced<F> v = forward_value<Traced<F>>(policy.desc, in.p, in.x, in.c, in.r, in.H);
+  for (TraceStep& s : scope.ctx.steps) t.steps.push_back(std::move(s));
+  t.out = round_to_bf16_rne(v.v);
+  const double out = bf16_to_float(t.out);
+  t.steps.push_back({"out", "RNb(" + v.label() + ")", "bf16", out, double(v.v) - out});
+  if constexpr (sizeof(F) == 8) {
+    t.has_f64 = true;
+    t.out_f64 = v.v;
+  }
+  return t;
+}
+
+}  // namespace
+
+Explanation explain_element(const ElementInputs& in, const ElementAt& at, const std::vector<Policy>& policies) {
+  Explanation e;
+  e.at = at;
+  e.in = in;
+  ExactAccumulator acc;
+  e.terms.push_back(double(in.p) * double(in.x));
+  for (int k = 0; k < in.H; ++k) e.terms.push_back(double(in.c[k]) * double(in.r[k]));
+  for (double t : e.terms) acc.add(t);
+  ExactRounded exact = acc.result();
+  double exact_lo = acc.lo;
+  if (!exact.certified) {
+    exact = exact_sum_multiprecision(e.terms);
+    e.exact_fallback = true;
+    exact_lo = 0.0;  // the fallback gives RN64 (and round-to-odd), enough for an error shown to 3 digits
+  }
+  e.exact_rn64 = exact.rn64;
+  e.exact_bf16 = exact.bf16();
+  double magnitude = 0.0;
+  for (double t : e.terms) magnitude += std::fabs(t);
+  e.kappa = e.exact_rn64 == 0.0 ? std::numeric_limits<double>::infinity() : magnitude / std::fabs(e.exact_rn64);
+
+  const double ulp = bf16_ulp(e.exact_rn64);
+  for (const Policy& p : policies) {
+    PolicyTrace t;
+    switch (p.desc.accumulator) {
+      case Accumulator::fp32: t = trace_rounded<float>(p, in); break;
+      case Accumulator::fp64: t = trace_rounded<double>(p, in); break;
+      case Accumulator::exact: {
+        t.policy = p;
+        t.steps.push_back({"t", "p·x + Σ c_k·r_k  (exact, every product exact in binary64)", "exact", e.exact_rn64, 0.0});
+        t.out = e.exact_bf16;
+        t.steps.push_back({"out", "RNb(t)  (rounded once from the exact value)", "bf16", double(bf16_to_float(t.out)),
+                           e.exact_rn64 + exact_lo - double(bf16_to_float(t.out))});
+        t.has_f64 = true;
+        t.out_f64 = e.exact_rn64;
+        break;
+      }
+    }
+    const double y = bf16_to_float(t.out);
+    t.error_ulps = std::fabs((y - e.exact_rn64) - exact_lo) / ulp;
+    t.correctly_rounded = t.out == e.exact_bf16 || (bf16_is_nan(t.out) && bf16_is_nan(e.exact_bf16));
+    e.policies.push_back(std::move(t));
+  }
+  return e;
+}
+
+// ---- Reports -----------------------------------------------------------------------------------------
+
+namespace {
+
+std::string hex_bits(const char* format, double v) {
+  const std::string f = format;
+  if (f == "bf16") return fmt::format("0x{:04x}", round_to_bf16_rne(static_cast<float>(v)));
+  if (f == "fp32") return fmt::format("0x{:08x}", float_bits(static_cast<float>(v)));
+  return fmt::format("0x{:016x}", double_bits(v));
+}
+
+std::string value_text(const char* format, double v) {
+  const std::string f = format;
+  if (f == "fp32" || f == "bf16") return fmt::format("{}", static_cast<float>(v));
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+std::string format_explanation_text(const Explanation& e) {
+  const ElementInputs& in = e.in;
+  std::string out = fmt::format("element s={} ho={} d={}  (H={})\n\ninputs\n", e.at.s, e.at.ho, e.at.d, in.H);
+  auto input_line = [&](const std::string& name, const std::string& where, const char* format, double v) {
+    out += fmt::format("  {:<4} = {:<22} = {:<16} {} {}\n", name, where, value_text(format, v), format, hex_bits(format, v));
+  };
+  input_line("p", fmt::format("post[{},{}]", e.at.s, e.at.ho), "fp32", in.p);
+  input_line("x", fmt::format("x[{},{}]", e.at.s, e.at.d), "bf16", in.x);
+  for (int k = 0; k < in.H; ++k) input_line(fmt::format("c{}", k), fmt::format("comb[{},{},{}]", e.at.s, k, e.at.ho), "fp32", in.c[k]);
+  for (int k = 0; k < in.H; ++k)
+    input_line(fmt::format("r{}", k), fmt::format("residual[{},{},{}]", e.at.s, k, e.at.d), "bf16", in.r[k]);
+
+  out += "\nexact\n";
+  out += fmt::format("  terms: p·x = {}", e.terms[0]);
+  for (int k = 0; k < in.H; ++k) out += fmt::format(", c{}·r{} = {}", k, k, e.terms[size_t(k) + 1]);
+  out += fmt::format("\n  value = {} (RN64){}\n  RNb   = {} bf16 0x{:04x}\n  kappa = {:.4g}{}\n", e.exact_rn64,
+                     e.exact_fallback ? ", via the multiprecision fallback" : "", bf16_to_float(e.exact_bf16), e.exact_bf16,
+                     e.kappa, e.kappa >= 256 ? "  (a cancellation case: κ ≥ 256)" : "");
+
+  for (const PolicyTrace& t : e.policies) {
+    out += fmt::format("\npolicy {}  [{}]\n", t.policy.name, describe(t.policy.desc));
+    for (const TraceStep& s : t.steps) {
+      std::string lost = s.lost == 0.0 ? "exact" : fmt::format("lost {:+.3e}", s.lost);
+      out += fmt::format("  {:<4} = {:<44} = {:<16} {:<5} {:<18} {}\n", s.result, s.expr, value_text(s.format, s.value),
+                         s.format, hex_bits(s.format, s.value), lost);
+    }
+    out += fmt::format("  error: {:.3g} ULP of the truth{}\n", t.error_ulps,
+                       t.correctly_rounded ? " (correctly rounded)" : " (NOT correctly rounded)");
+  }
+
+  out += "\nsummary\n";
+  for (const PolicyTrace& t : e.policies)
+    out += fmt::format("  {:<20} {:<14} 0x{:04x}  {:>8.3g} ULP{}\n", t.policy.name, fmt::format("{}", bf16_to_float(t.out)),
+                       t.out, t.error_ulps, t.correctly_rounded ? "" : "  *");
+  return out;
+}
+
+std::string format_explanation_json(const Explanation& e) {
+  using namespace json;
+  const ElementInputs& in = e.in;
+  std::string out = "{\n  \"schema\": \"mhcdiff.explain/1\",\n";
+  out += fmt::format("  \"at\": {{\"s\": {}, \"ho\": {}, \"d\": {}}},\n", e.at.s, e.at.ho, e.at.d);
+  std::string cs, rs;
+  for (int k = 0; k < in.H; ++k) {
+    cs += (k ? ", " : "") + num(double(in.c[k]));
+    rs += (k ? ", " : "") + num(double(in.r[k]));
+  }
+  out += fmt::format("  \"inputs\": {{\"p\": {}, \"x\": {}, \"c\": [{}], \"r\": [{}]}},\n", num(double(in.p)), num(double(in.x)),
+                     cs, rs);
+  std::string terms;
+  for (double t : e.terms) terms += (terms.empty() ? "" : ", ") + num(t);
+  out += fmt::format("  \"exact\": {{\"terms\": [{}], \"rn64\": {}, \"bf16\": {}, \"bf16_bits\": \"0x{:04x}\", \"fallback\": {}, "
+                     "\"kappa\": {}}},\n",
+                     terms, num(e.exact_rn64), num(double(bf16_to_float(e.exact_bf16))), e.exact_bf16,
+                     boolean(e.exact_fallback), num(e.kappa));
+  out += "  \"policies\": [";
+  for (size_t i = 0; i < e.policies.size(); ++i) {
+    const PolicyTrace& t = e.policies[i];
+    std::string steps;
+    for (const TraceStep& s : t.steps)
+      steps += fmt::format("{}\n        {{\"result\": {}, \"expr\": {}, \"format\": {}, \"value\": {}, \"bits\": {}, \"lost\": {}}}",
+                           steps.empty() ? "" : ",", str(s.result), str(s.expr), str(s.format), num(s.value),
+                           str(hex_bits(s.format, s.value)), num(s.lost));
+    out += fmt::format("{}\n    {{\"name\": {}, \"description\": {}, \"out\": {}, \"out_bits\": \"0x{:04x}\", {}\"error_ulps\": {}, "
+                       "\"correctly_rounded\": {}, \"steps\": [{}]}}",
+                       i ? "," : "", str(t.policy.name), str(describe(t.policy.desc)), num(double(bf16_to_float(t.out))), t.out,
+                       t.has_f64 ? "\"out_f64\": " + num(t.out_f64) + ", " : "", num(t.error_ulps),
+                       boolean(t.correctly_rounded), steps);
+  }
+  out += "]\n}\n";
+  return out;
+}
+
+}  // namespace mhc::investigate

@@ -1,0 +1,130 @@
+// `explain`: the trace of SPEC §7's seed example matches a hand derivation, every policy's traced output
+// equals what the CPU kernels store for that element, and the exact value / κ / ULP error are right.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "investigate/explain.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
+
+namespace mhc::investigate {
+namespace {
+
+ElementInputs seed_example_ho0() {
+  // SPEC §7 seed-example, output stream 0: post = 1.003, comb = 0.5, x = 1, residual = -1, H = 2.
+  ElementInputs e;
+  e.H = 2;
+  e.p = 1.003f;
+  e.x = 1.0f;
+  e.c[0] = e.c[1] = 0.5f;
+  e.r[0] = e.r[1] = -1.0f;
+  return e;
+}
+
+const PolicyTrace& trace_of(const Explanation& e, const std::string& name) {
+  for (const PolicyTrace& t : e.policies)
+    if (t.policy.name == name) return t;
+  throw std::runtime_error("no trace for " + name);
+}
+
+TEST(Explain, SeedExampleMatchesHandDerivation) {
+  const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
+  // Exact: p·x − 0.5 − 0.5 = float(1.003) − 1, which is 0.0030000209808349609375 (1.003f = 0x3f806042).
+  const double truth = double(1.003f) - 1.0;
+  EXPECT_EQ(e.exact_rn64, truth);
+  EXPECT_DOUBLE_EQ(e.kappa, (double(1.003f) + 1.0) / truth);
+  // HF: RNb(1.003) = 1 (bf16 spacing at 1 is 2^-7), so q = 1, m = RNb(-1) = -1 and out = +0.
+  const PolicyTrace& hf = trace_of(e, "hf-bf16");
+  EXPECT_EQ(hf.out, 0x0000);
+  ASSERT_FALSE(hf.steps.empty());
+  EXPECT_EQ(hf.steps.front().expr, "RNb(p)");
+  EXPECT_EQ(hf.steps.front().value, 1.0);
+  EXPECT_EQ(hf.steps.front().lost, truth);
+  // The error of 0 against the truth, in bf16 ULPs of the truth (2^-16 for a value in [2^-9, 2^-8)).
+  EXPECT_DOUBLE_EQ(hf.error_ulps, truth / 0x1p-16);
+  EXPECT_FALSE(hf.correctly_rounded);
+  // fp32 seeded: RN32(1.003·1) − 0.5 − 0.5 is exact (Sterbenz), so out = RNb(truth), correctly rounded.
+  const PolicyTrace& seeded = trace_of(e, "fp32-seeded");
+  EXPECT_EQ(seeded.out, round_to_bf16_rne(static_cast<float>(truth)));
+  EXPECT_TRUE(seeded.correctly_rounded);
+  EXPECT_LE(seeded.error_ulps, 0.5);
+  // Its steps: p·x, then two adds of rounded products, then the final RNb.
+  ASSERT_EQ(seeded.steps.size(), 6u);
+  EXPECT_EQ(seeded.steps[0].expr, "RN32(p·x)");
+  EXPECT_EQ(seeded.steps[5].result, "out");
+  const PolicyTrace& exact = trace_of(e, "exact");
+  EXPECT_EQ(exact.out, e.exact_bf16);
+  EXPECT_TRUE(exact.has_f64);
+  EXPECT_EQ(exact.out_f64, truth);
+}
+
+TEST(Explain, TracedOutputEqualsTheCpuKernelForEveryPolicyAndElement) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::uniform_int_distribution<int> spread(-20, 20);
+  Inputs in;
+  in.shape = {3, 4, 33};
+  for (int i = 0; i < 3 * 33; ++i) in.x.push_back(round_to_bf16_rne(std::ldexp(normal(rng), spread(rng))));
+  for (int i = 0; i < 3 * 4 * 33; ++i) in.residual.push_back(round_to_bf16_rne(std::ldexp(normal(rng), spread(rng))));
+  for (int i = 0; i < 3 * 4; ++i) in.post.push_back(2.0f * unit(rng));
+  for (int i = 0; i < 3 * 16; ++i) in.comb.push_back(unit(rng));
+  std::vector<Policy> policies = builtin_policies();
+  // A user policy too: the cast-folding contraction, pairwise mix.
+  PolicyDesc folded;
+  folded.order = TermOrder::mix_pairwise;
+  folded.mix_rounding = MixRounding::bf16;
+  folded.post_term = PostTerm::fused;
+  folded.mix_product = MixProduct::fused;
+  policies.push_back({"folded", folded, ""});
+  for (const Policy& p : policies) {
+    SCOPED_TRACE(p.name);
+    const PolicyResult kernel = run_policy_cpu(p.desc, in.view(), false, {.threads = 1});
+    for (int64_t s = 0; s < 3; ++s)
+      for (int ho = 0; ho < 4; ++ho)
+        for (int64_t d = 0; d < 33; ++d) {
+          const Explanation e = explain_element(element_inputs(in.view(), s, ho, d), {s, ho, d}, {p});
+          const size_t i = size_t((s * 4 + ho) * 33 + d);
+          ASSERT_EQ(e.policies[0].out, kernel.out[i]) << "first difference at s=" << s << " ho=" << ho << " d=" << d;
+          if (!kernel.out_f64.empty()) {
+            ASSERT_EQ(e.policies[0].out_f64, kernel.out_f64[i]) << "s=" << s << " ho=" << ho << " d=" << d;
+          }
+        }
+  }
+}
+
+TEST(Explain, RoundingStepsReportWhatWasLost) {
+  // fp32-seeded-fma on one element whose fused step is inexact: lost = exact(a·b + c) − RN32(a·b + c).
+  ElementInputs e;
+  e.H = 1;
+  e.p = 1.0f;
+  e.x = 1.0f;
+  e.c[0] = 1.0f + 0x1p-23f;  // (1 + 2^-23)(1 + 2^-7) = 1 + 2^-7 + 2^-23 + 2^-30
+  e.r[0] = 1.0f + 0x1p-7f;
+  const Explanation ex = explain_element(e, {0, 0, 0}, {find_policy("fp32-seeded-fma")});
+  const PolicyTrace& t = ex.policies[0];
+  ASSERT_EQ(t.steps.size(), 3u);  // RN32(p·x), the fma, RNb
+  // 1 + (1 + 2^-7 + 2^-23 + 2^-30) = 2 + 2^-7 + 2^-23 + 2^-30; fp32 spacing at 2 is 2^-22 and the tail
+  // 2^-23 + 2^-30 is above half of it, so RN32 gives 2 + 2^-7 + 2^-22 and lost = 2^-30 − 2^-23.
+  EXPECT_EQ(t.steps[1].value, 2.0 + 0x1p-7 + 0x1p-22);
+  EXPECT_EQ(t.steps[1].lost, 0x1p-30 - 0x1p-23);
+  EXPECT_EQ(t.steps[0].lost, 0.0);
+}
+
+TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
+  const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
+  const std::string j = format_explanation_json(e);
+  EXPECT_NE(j.find("\"schema\": \"mhcdiff.explain/1\""), std::string::npos);
+  for (const Policy& p : builtin_policies()) EXPECT_NE(j.find("\"name\": \"" + p.name + "\""), std::string::npos) << p.name;
+  // κ of an exactly-zero element is infinite and must not be written as a bare JSON token.
+  ElementInputs zero = seed_example_ho0();
+  zero.p = 1.0f;
+  const std::string jz = format_explanation_json(explain_element(zero, {0, 0, 0}, builtin_policies()));
+  EXPECT_NE(jz.find("\"kappa\": \"inf\""), std::string::npos) << jz;
+  const std::string text = format_explanation_text(e);
+  EXPECT_NE(text.find("NOT correctly rounded"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mhc::investigate
