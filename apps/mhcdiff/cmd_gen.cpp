@@ -1,12 +1,64 @@
-// Placeholder until the gen command lands: registers the name and refuses to run.
+// mhcdiff gen: write a preset input file (SPEC §7).
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
 #include "commands.hpp"
+#include "gen/presets.hpp"
 #include "io/errors.hpp"
 
 namespace mhc::cli {
+namespace {
+
+Shape parse_shape(const std::string& text) {
+  int64_t v[3] = {0, 0, 0};
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (int i = 0; i < 3; ++i) {
+    auto [next, ec] = std::from_chars(p, end, v[i]);
+    if (ec != std::errc() || (i < 2 && (next == end || *next != ',')) || (i == 2 && next != end))
+      throw InputError("--shape must be S,H,D with three positive integers (got '" + text + "')");
+    p = next + 1;
+  }
+  return Shape{v[0], static_cast<int>(v[1]), v[2]};
+}
+
+}  // namespace
 
 void add_gen_command(CLI::App& app, CommandContext&) {
-  app.add_subcommand("gen", "(not available in this build yet)")->callback([] {
-    throw InputError("'gen' is not available in this build yet");
+  struct Args {
+    std::string preset = "randn", shape = "16,4,64", output;
+    uint64_t seed = 0;
+    bool grad = false;
+    int compress = 0;
+    gen::GenOptions knobs;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("gen", "write a deterministic input file from a preset (SPEC §7)");
+  cmd->add_option("--preset", args->preset, "seed-example | randn | realistic | cancellation")->capture_default_str();
+  cmd->add_option("--shape", args->shape, "S,H,D (tokens, streams 1..16, hidden size)")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the counter-based generator")->capture_default_str();
+  cmd->add_flag("--grad", args->grad, "also write /inputs/grad_out (needed by run --backward)");
+  cmd->add_option("-o,--output", args->output, "output file (written atomically)")->required();
+  cmd->add_option("--sigma", args->knobs.sigma, "realistic: std-dev of the Sinkhorn logits")->capture_default_str();
+  cmd->add_option("--rho", args->knobs.rho, "realistic: residual rms / rms(x) per token")->capture_default_str();
+  cmd->add_option("--sinkhorn-iterations", args->knobs.sinkhorn_iterations, "realistic: Sinkhorn iterations")
+      ->capture_default_str();
+  cmd->add_option("--sinkhorn-eps", args->knobs.sinkhorn_eps, "realistic: Sinkhorn eps")->capture_default_str();
+  cmd->add_option("--kappa-min", args->knobs.kappa_min, "cancellation: smallest target condition number")
+      ->capture_default_str();
+  cmd->add_option("--kappa-max", args->knobs.kappa_max, "cancellation: largest target condition number")
+      ->capture_default_str();
+  cmd->add_option("--compress", args->compress, "shuffle+deflate level 0..9 (0: none)")->capture_default_str();
+  cmd->callback([args] {
+    gen::GenOptions o = args->knobs;
+    o.preset = gen::parse_preset(args->preset);
+    o.shape = parse_shape(args->shape);
+    o.seed = args->seed;
+    o.grad = args->grad;
+    gen::write_generated(o, args->output, args->compress);
+    spdlog::info("wrote {}: preset {}, S={}, H={}, D={}, seed {}{}", args->output, args->preset, o.shape.S, o.shape.H,
+                 o.shape.D, o.seed, o.grad ? ", with grad_out" : "");
   });
 }
 

@@ -1,13 +1,16 @@
-// Placeholder until the info command lands: registers the name and refuses to run.
+// mhcdiff info: what is in a file (tensors, shapes, dtypes, policies, provenance).
+#include <fmt/core.h>
+
 #include "commands.hpp"
-#include "io/errors.hpp"
+#include "io/info.hpp"
 
 namespace mhc::cli {
 
 void add_info_command(CLI::App& app, CommandContext&) {
-  app.add_subcommand("info", "(not available in this build yet)")->callback([] {
-    throw InputError("'info' is not available in this build yet");
-  });
+  auto path = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("info", "list the tensors, dtypes, shapes, policies and provenance of a file");
+  cmd->add_option("file", *path, "an mhcdiff/1 HDF5 file")->required();
+  cmd->callback([path] { fmt::print("{}", io::describe_file(*path)); });
 }
 
 }  // namespace mhc::cli

@@ -50,19 +50,42 @@ class InputReader {
   bool has_grad() const;
   // Tokens [s0, s0 + count) of every input tensor (grad_out when present), comb in src,dst orientation.
   Inputs read_slab(int64_t s0, int64_t count, InputCensus* census = nullptr);
-  // A checksum of the input datasets' contents (provenance).
+  // A checksum of the input datasets' contents (provenance): InputChecksum over every slab, in order.
   std::string checksum();
+  // The orientation comb was read in (the file's comb_layout attribute when it has one, else the option).
+  CombLayout comb_layout() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+// The checksum stored as provenance (input_checksum): CRC-64/XZ of each input tensor's logical content
+// (bf16 bits / fp32 bits, little-endian, comb in src,dst order, tokens in order), then CRC-64/XZ over those
+// per-tensor CRCs (x, residual, post, comb[, grad_out]). Independent of slab size, chunking and compression,
+// so a results file's /inputs and the file it was made from have the same checksum.
+class InputChecksum {
+ public:
+  InputChecksum();
+  ~InputChecksum();
+  void update(const Inputs& slab);  // slabs in token order
+  std::string hex() const;          // "crc64-xz:<16 hex digits>"
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// How many tokens make a slab of about `budget_bytes` of inputs (at least 1, at most S).
+int64_t slab_tokens_for(const Shape& shape, bool with_grad, int64_t budget_bytes);
+
 // The whole file at once (tests, small inputs).
 Inputs read_inputs(const std::string& path, const ReadOptions& options = {});
 
 // Provenance attached to every results group (SPEC §3).
 struct Provenance {
+  std::string policy;  // the policy's name
+  std::string models;  // which real implementation it reproduces
   std::string tool_version;
   std::string policy_description;
   std::string device;  // "cpu" or the GPU's name
@@ -82,6 +105,12 @@ class ResultWriter {
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;
 
+  // Leading batch dims of the tensors to be written (product = S; default {S}): every dataset declared after
+  // this call is stored as batch_dims + element dims, e.g. out [B,S,H,D].
+  void set_batch_dims(const std::vector<int64_t>& batch_dims);
+  // 0: no compression; 1..9: shuffle + deflate at that level on every dataset declared after this call.
+  void set_compression(int deflate_level);
+
   // The /inputs group (whole tensors, or call append_inputs per slab after declare_inputs).
   void declare_inputs(const Shape& shape, bool with_grad);
   void append_inputs(int64_t s0, const Inputs& slab);
@@ -93,6 +122,7 @@ class ResultWriter {
   // Extra string/float attributes on a group ("/" or "/results/<policy>"), e.g. golden tolerances.
   void set_attribute(const std::string& group, const std::string& name, const std::string& value);
   void set_attribute(const std::string& group, const std::string& name, double value);
+  void set_integer_attribute(const std::string& group, const std::string& name, int64_t value);
 
   void commit();
 
@@ -125,6 +155,8 @@ class TensorFile {
 
   // Elements [first, first + count) of the dataset in row-major order, converted to the requested
   // representation; bf16 reads return raw bits, f32/f64 reads require the stored dtype to match.
+  // Exact widenings are accepted too (bf16 → f32/f64, f32 → f64, and f32/f64 data whose values are all
+  // exactly bf16 → bf16); anything that would round is an InputError.
   void read_bf16(const std::string& dataset, int64_t first, int64_t count, bf16_bits* dst) const;
   void read_f32(const std::string& dataset, int64_t first, int64_t count, float* dst) const;
   void read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const;

@@ -1,0 +1,45 @@
+#pragma once
+// Input presets for `mhcdiff gen` (SPEC §7), deterministic from the seed on any machine and thread count
+// (docs/presets.md says how each is built).
+#include <cstdint>
+#include <string>
+
+#include "kernels/tensors.hpp"
+
+namespace mhc::gen {
+
+enum class Preset { seed_example, randn, realistic, cancellation };
+
+// "seed-example", "randn", "realistic", "cancellation"; InputError naming the known presets otherwise.
+Preset parse_preset(const std::string& name);
+const char* preset_name(Preset p);
+
+struct GenOptions {
+  Preset preset = Preset::randn;
+  Shape shape{16, 4, 64};
+  uint64_t seed = 0;
+  bool grad = false;  // also make /inputs/grad_out
+  // realistic: comb = Sinkhorn(N(0, sigma²) logits), residual rms = rho · rms(x) per token
+  double sigma = 1.0;
+  double rho = 8.0;
+  int sinkhorn_iterations = 20;
+  double sinkhorn_eps = 1e-6;
+  // cancellation: target κ drawn log-uniformly in [kappa_min, kappa_max]
+  double kappa_min = 1e2;
+  double kappa_max = 1e6;
+};
+
+// Throws InputError when the options cannot make a valid file (H outside 1..16, seed-example without H=2, ...).
+void validate(const GenOptions& o);
+
+// Tokens [s0, s0 + count) of the generated inputs (the same values whatever the slab split).
+Inputs generate_slab(const GenOptions& o, int64_t s0, int64_t count);
+inline Inputs generate(const GenOptions& o) { return generate_slab(o, 0, o.shape.S); }
+
+// The output stream ho* that the cancellation preset makes cancel at (s, d).
+inline int cancellation_target_stream(int64_t s, int64_t d, int H) { return int((s + d) % H); }
+
+// Generates in slabs and writes an mhcdiff/1 input file atomically (generator settings as root attributes).
+void write_generated(const GenOptions& o, const std::string& path, int deflate_level);
+
+}  // namespace mhc::gen

@@ -1,0 +1,273 @@
+#include "io/hdf5_util.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+namespace mhc::io::detail {
+
+void silence_hdf5_errors() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+Handle make_bf16_type() {
+  // bf16 is the top half of an IEEE binary32: start from F32LE, move the fields, then shrink the size
+  // (HDF5 checks the fields against the size, so the fields must be set first).
+  Handle t(H5Tcopy(H5T_IEEE_F32LE));
+  if (!t.valid() || H5Tset_fields(t.get(), 15, 7, 8, 0, 7) < 0 || H5Tset_ebias(t.get(), 127) < 0 ||
+      H5Tset_size(t.get(), 2) < 0)
+    throw std::runtime_error("could not build the HDF5 bfloat16 type");
+  return t;
+}
+
+namespace {
+
+bool has_bf16_attribute(hid_t dataset) {
+  auto v = read_string_attribute(dataset, "dtype");
+  return v && (*v == "bfloat16" || *v == "bf16");
+}
+
+}  // namespace
+
+StoredKind classify(hid_t dataset) {
+  Handle type(H5Dget_type(dataset));
+  if (!type.valid()) return StoredKind::other;
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const size_t size = H5Tget_size(type.get());
+  if (cls == H5T_FLOAT) {
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    H5Tget_fields(type.get(), &spos, &epos, &esize, &mpos, &msize);
+    const size_t bias = H5Tget_ebias(type.get());
+    if (size == 2 && spos == 15 && epos == 7 && esize == 8 && mpos == 0 && msize == 7 && bias == 127)
+      return StoredKind::bf16_float;
+    if (size == 2) return StoredKind::float16;
+    if (size == 4 && esize == 8 && msize == 23) return StoredKind::f32;
+    if (size == 8 && esize == 11 && msize == 52) return StoredKind::f64;
+    return StoredKind::other;
+  }
+  if (cls == H5T_INTEGER && size == 2 && H5Tget_sign(type.get()) == H5T_SGN_NONE)
+    return has_bf16_attribute(dataset) ? StoredKind::bf16_uint16 : StoredKind::uint16_plain;
+  if (cls == H5T_INTEGER && size == 2 && has_bf16_attribute(dataset)) return StoredKind::bf16_uint16;  // int16 bits
+  return StoredKind::other;
+}
+
+std::string stored_kind_name(StoredKind k) {
+  switch (k) {
+    case StoredKind::bf16_float: return "bfloat16";
+    case StoredKind::bf16_uint16: return "bfloat16 (as uint16 bits)";
+    case StoredKind::f32: return "float32";
+    case StoredKind::f64: return "float64";
+    case StoredKind::uint16_plain: return "uint16 without dtype=\"bfloat16\" attribute";
+    case StoredKind::float16: return "float16";
+    case StoredKind::other: return "an unsupported type";
+  }
+  return "an unsupported type";
+}
+
+std::optional<DType> dtype_of(StoredKind k) {
+  switch (k) {
+    case StoredKind::bf16_float:
+    case StoredKind::bf16_uint16: return DType::bf16;
+    case StoredKind::f32: return DType::f32;
+    case StoredKind::f64: return DType::f64;
+    default: return std::nullopt;
+  }
+}
+
+std::vector<hsize_t> dataset_dims(hid_t dataset) {
+  Handle space(H5Dget_space(dataset));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw std::runtime_error("could not read a dataset's extent");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ",")); }
+std::string dims_text(const std::vector<hsize_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ",")); }
+
+namespace {
+
+// Selects elements [first, first+count) of a row-major extent as a union of blocks: at each step the
+// largest aligned block run that starts at `first` (at most ~2·rank blocks in all).
+void select_flat(hid_t space, const std::vector<hsize_t>& dims, uint64_t first, uint64_t count) {
+  const size_t n = dims.size();
+  if (n == 0) {
+    H5Sselect_all(space);
+    return;
+  }
+  std::vector<uint64_t> stride(n, 1);
+  for (size_t i = n - 1; i > 0; --i) stride[i - 1] = stride[i] * dims[i];
+  uint64_t a = first;
+  const uint64_t b = first + count;
+  bool first_block = true;
+  std::vector<hsize_t> start(n), block_count(n);
+  while (a < b) {
+    size_t level = 0;
+    while (!(a % stride[level] == 0 && a + stride[level] <= b)) ++level;
+    uint64_t rest = a;
+    for (size_t i = 0; i < n; ++i) {
+      start[i] = rest / stride[i];
+      rest %= stride[i];
+    }
+    const uint64_t blocks = std::min<uint64_t>((b - a) / stride[level], dims[level] - start[level]);
+    for (size_t i = 0; i < n; ++i) block_count[i] = i < level ? 1 : i == level ? blocks : dims[i];
+    if (H5Sselect_hyperslab(space, first_block ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                            block_count.data(), nullptr) < 0)
+      throw std::runtime_error("HDF5 hyperslab selection failed");
+    first_block = false;
+    a += blocks * stride[level];
+  }
+}
+
+}  // namespace
+
+void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, void* dst) {
+  if (count == 0) return;
+  Handle file_space(H5Dget_space(dataset));
+  select_flat(file_space.get(), dataset_dims(dataset), first, count);
+  const hsize_t n = count;
+  Handle mem_space(H5Screate_simple(1, &n, nullptr));
+  if (H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst) < 0)
+    throw std::runtime_error("HDF5 read failed (the file may be truncated or corrupt)");
+}
+
+void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src) {
+  if (count == 0) return;
+  Handle file_space(H5Dget_space(dataset));
+  select_flat(file_space.get(), dataset_dims(dataset), first, count);
+  const hsize_t n = count;
+  Handle mem_space(H5Screate_simple(1, &n, nullptr));
+  if (H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, src) < 0)
+    throw std::runtime_error("HDF5 write failed");
+}
+
+bool link_exists(hid_t file, const std::string& path) {
+  // H5Lexists needs every intermediate group to exist: walk the path one component at a time.
+  std::string partial;
+  size_t pos = 0;
+  while (pos < path.size()) {
+    size_t next = path.find('/', pos + 1);
+    partial = path.substr(0, next);
+    if (partial != "/" && !partial.empty() && H5Lexists(file, partial.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (next == std::string::npos) break;
+    pos = next;
+  }
+  return true;
+}
+
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR));
+  if (H5Aexists(object, name.c_str()) > 0) H5Adelete(object, name.c_str());
+  Handle attr(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const char* data = value.c_str();
+  if (!attr.valid() || H5Awrite(attr.get(), type.get(), &data) < 0)
+    throw std::runtime_error("could not write attribute " + name);
+}
+
+namespace {
+template <class T>
+void write_scalar_attribute(hid_t object, const std::string& name, hid_t file_type, hid_t mem_type, T value) {
+  Handle space(H5Screate(H5S_SCALAR));
+  if (H5Aexists(object, name.c_str()) > 0) H5Adelete(object, name.c_str());
+  Handle attr(H5Acreate2(object, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.valid() || H5Awrite(attr.get(), mem_type, &value) < 0)
+    throw std::runtime_error("could not write attribute " + name);
+}
+}  // namespace
+
+void write_double_attribute(hid_t object, const std::string& name, double value) {
+  write_scalar_attribute(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, value);
+}
+
+void write_int_attribute(hid_t object, const std::string& name, int64_t value) {
+  write_scalar_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, value);
+}
+
+namespace {
+
+std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
+  std::vector<std::string> out;
+  if (H5Tis_variable_str(type) > 0) {
+    Handle mem(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(), H5Tget_cset(type));
+    std::vector<char*> buf(static_cast<size_t>(n), nullptr);
+    if (H5Aread(attr, mem.get(), buf.data()) < 0) return out;
+    for (char* s : buf) out.emplace_back(s ? s : "");
+    Handle space(H5Aget_space(attr));
+    H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, buf.data());
+    return out;
+  }
+  const size_t size = H5Tget_size(type);
+  Handle mem(H5Tcopy(type));
+  std::vector<char> buf(size * static_cast<size_t>(n) + 1, '\0');
+  if (H5Aread(attr, mem.get(), buf.data()) < 0) return out;
+  for (hssize_t i = 0; i < n; ++i) {
+    const char* s = buf.data() + static_cast<size_t>(i) * size;
+    out.emplace_back(s, strnlen(s, size));
+  }
+  return out;
+}
+
+std::string attribute_text(hid_t attr) {
+  Handle type(H5Aget_type(attr));
+  Handle space(H5Aget_space(attr));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  const H5T_class_t cls = H5Tget_class(type.get());
+  std::vector<std::string> items;
+  if (cls == H5T_STRING) {
+    items = read_strings(attr, type.get(), n);
+  } else if (cls == H5T_INTEGER) {
+    std::vector<long long> v(static_cast<size_t>(n));
+    if (H5Aread(attr, H5T_NATIVE_LLONG, v.data()) >= 0)
+      for (long long x : v) items.push_back(fmt::format("{}", x));
+  } else if (cls == H5T_FLOAT) {
+    std::vector<double> v(static_cast<size_t>(n));
+    if (H5Aread(attr, H5T_NATIVE_DOUBLE, v.data()) >= 0)
+      for (double x : v) items.push_back(fmt::format("{}", x));
+  } else {
+    return "(unsupported attribute type)";
+  }
+  if (items.size() == 1 && H5Sget_simple_extent_ndims(space.get()) == 0) return items[0];
+  return fmt::format("[{}]", fmt::join(items, ", "));
+}
+
+herr_t collect_attribute_name(hid_t, const char* name, const H5A_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+std::optional<std::string> read_string_attribute(hid_t object, const std::string& name) {
+  if (H5Aexists(object, name.c_str()) <= 0) return std::nullopt;
+  Handle attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+  Handle type(H5Aget_type(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
+  Handle space(H5Aget_space(attr.get()));
+  auto v = read_strings(attr.get(), type.get(), H5Sget_simple_extent_npoints(space.get()));
+  if (v.empty()) return std::nullopt;
+  return v[0];
+}
+
+std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attribute_name, &names);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& name : names) {
+    Handle attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+    out.emplace_back(name, attr.valid() ? attribute_text(attr.get()) : "(unreadable)");
+  }
+  return out;
+}
+
+}  // namespace mhc::io::detail

@@ -1,0 +1,121 @@
+#include "io/info.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "io/hdf5_util.hpp"
+#include "io/store.hpp"
+
+namespace mhc::io {
+
+using detail::Handle;
+
+namespace {
+
+struct Walk {
+  hid_t file;
+  std::string text;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.1f} {}", b, units[u]);
+}
+
+void describe_dataset(Walk& w, const std::string& path, const std::string& name) {
+  Handle ds(H5Dopen2(w.file, path.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) {
+    w.text += fmt::format("  {:<20} (unreadable)\n", name);
+    return;
+  }
+  const auto kind = detail::classify(ds.get());
+  const auto dims = detail::dataset_dims(ds.get());
+  uint64_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  Handle type(H5Dget_type(ds.get()));
+  const double logical = double(elements) * double(H5Tget_size(type.get()));
+  const double stored = double(H5Dget_storage_size(ds.get()));
+  std::string storage = fmt::format("{} stored", human_bytes(stored));
+  Handle dcpl(H5Dget_create_plist(ds.get()));
+  if (H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(dims.size());
+    H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+    storage += fmt::format(", chunks {}", detail::dims_text(chunk));
+    if (H5Pget_nfilters(dcpl.get()) > 0 && stored > 0) storage += fmt::format(", compressed {:.2f}x", logical / stored);
+  }
+  w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", name, detail::stored_kind_name(kind), detail::dims_text(dims),
+                        storage);
+}
+
+void describe_attributes(Walk& w, hid_t object, const char* indent) {
+  for (const auto& [k, v] : detail::attributes_as_text(object)) w.text += fmt::format("{}@{} = {}\n", indent, k, v);
+}
+
+void describe_group(Walk& w, const std::string& path);
+
+struct Children {
+  std::vector<std::string> groups, datasets;
+};
+
+herr_t sort_child(hid_t group, const char* name, const H5L_info_t*, void* data) {
+  auto* c = static_cast<Children*>(data);
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return 0;
+  if (info.type == H5O_TYPE_GROUP) c->groups.emplace_back(name);
+  else if (info.type == H5O_TYPE_DATASET) c->datasets.emplace_back(name);
+  return 0;
+}
+
+void describe_group(Walk& w, const std::string& path) {
+  Handle g(H5Gopen2(w.file, path.c_str(), H5P_DEFAULT));
+  if (!g.valid()) return;
+  Children c;
+  hsize_t idx = 0;
+  H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, sort_child, &c);
+  const bool has_attributes = !detail::attributes_as_text(g.get()).empty();
+  if (path != "/" && (has_attributes || !c.datasets.empty())) {
+    w.text += fmt::format("\n{}\n", path);
+    describe_attributes(w, g.get(), "  ");
+  }
+  for (const std::string& d : c.datasets) describe_dataset(w, (path == "/" ? "" : path) + "/" + d, d);
+  // /inputs first, then /results and its policies, then anything else (name order).
+  std::stable_sort(c.groups.begin(), c.groups.end(), [&](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& n) { return n == "inputs" ? 0 : n == "results" ? 1 : 2; };
+    return rank(a) < rank(b);
+  });
+  for (const std::string& sub : c.groups) describe_group(w, (path == "/" ? "" : path) + "/" + sub);
+}
+
+}  // namespace
+
+std::string describe_file(const std::string& path) {
+  TensorFile tf(path);  // validates: exists, HDF5, mhcdiff/1
+  detail::silence_hdf5_errors();
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw InputError(fmt::format("{} could not be opened as HDF5", path));
+  Walk w{file.get(), {}};
+  hsize_t size = 0;
+  H5Fget_filesize(file.get(), &size);
+  w.text += fmt::format("{} ({})\n", path, human_bytes(double(size)));
+  describe_attributes(w, file.get(), "  ");
+  try {
+    InputReader reader(path);
+    const Shape& s = reader.shape();
+    w.text += fmt::format("  inputs: S={} (batch dims {}), H={}, D={}, grad_out {}\n", s.S,
+                          detail::dims_text(reader.batch_dims()), s.H, s.D, reader.has_grad() ? "present" : "absent");
+  } catch (const InputError& e) {
+    if (tf.exists("/inputs/x")) w.text += fmt::format("  inputs: not usable by `run` ({})\n", e.what());
+  }
+  const auto pols = tf.policies();
+  if (!pols.empty()) w.text += fmt::format("  policies: {}\n", fmt::join(pols, ", "));
+  describe_group(w, "/");
+  return w.text;
+}
+
+}  // namespace mhc::io

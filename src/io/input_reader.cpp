@@ -1,0 +1,365 @@
+// InputReader: validates the /inputs group of an mhcdiff/1 file (or a PyTorch user's dump) once, then reads
+// it by slabs of tokens, converting every accepted storage form to the operator's canonical types.
+#include <fmt/format.h>
+
+#include <bit>
+#include <boost/crc.hpp>
+#include <cmath>
+#include <filesystem>
+
+#include "io/hdf5_util.hpp"
+#include "io/store.hpp"
+
+namespace mhc::io {
+
+using detail::Handle;
+using detail::StoredKind;
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "bfloat16";
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+  }
+  return "?";
+}
+
+int64_t slab_tokens_for(const Shape& shape, bool with_grad, int64_t budget_bytes) {
+  const int64_t H = shape.H, D = shape.D;
+  const int64_t row_bytes = 2 * D + 2 * H * D + 4 * H + 4 * H * H + (with_grad ? 2 * H * D : 0);
+  const int64_t rows = std::max<int64_t>(1, budget_bytes / std::max<int64_t>(1, row_bytes));
+  return std::min<int64_t>(std::max<int64_t>(shape.S, 1), rows);
+}
+
+// ---- checksum ---------------------------------------------------------------------------------------------
+// Boost.CRC's table-driven CRC-64 with the XZ parameters (the check value of "123456789" is 0x995DC9BBDF1939FA).
+using Crc64Xz = boost::crc_optimal<64, 0x42F0E1EBA9EA3693ull, ~0ull, ~0ull, true, true>;
+static_assert(std::endian::native == std::endian::little, "the checksum hashes the in-memory little-endian bytes");
+
+struct InputChecksum::State {
+  Crc64Xz x, residual, post, comb, grad_out;
+  bool grad = false;
+};
+
+InputChecksum::InputChecksum() : state_(std::make_unique<State>()) {}
+InputChecksum::~InputChecksum() = default;
+
+void InputChecksum::update(const Inputs& slab) {
+  auto feed = [](Crc64Xz& crc, const auto& v) { crc.process_bytes(v.data(), v.size() * sizeof(v[0])); };
+  feed(state_->x, slab.x);
+  feed(state_->residual, slab.residual);
+  feed(state_->post, slab.post);
+  feed(state_->comb, slab.comb);
+  if (slab.has_grad()) {
+    feed(state_->grad_out, slab.grad_out);
+    state_->grad = true;
+  }
+}
+
+std::string InputChecksum::hex() const {
+  Crc64Xz all;
+  auto add = [&](const Crc64Xz& c) {
+    const uint64_t v = c.checksum();
+    all.process_bytes(&v, sizeof v);
+  };
+  add(state_->x);
+  add(state_->residual);
+  add(state_->post);
+  add(state_->comb);
+  if (state_->grad) add(state_->grad_out);
+  return fmt::format("crc64-xz:{:016x}", all.checksum());
+}
+
+// ---- reader -------------------------------------------------------------------------------------------------
+
+namespace {
+
+enum class Slot { bf16, f32 };
+
+struct InputTensor {
+  std::string name;  // "x", "residual", ...
+  Slot slot = Slot::bf16;
+  Handle dataset;
+  StoredKind kind = StoredKind::other;
+  int64_t row_elems = 0;  // elements per token
+};
+
+std::string element_index_text(int64_t flat, const InputTensor& t, const Shape& sh) {
+  const int64_t s = flat / t.row_elems, rest = flat % t.row_elems;
+  if (t.name == "x") return fmt::format("[{},{}]", s, rest);
+  if (t.name == "post") return fmt::format("[{},{}]", s, rest);
+  if (t.name == "comb") return fmt::format("[{},{},{}]", s, rest / sh.H, rest % sh.H);
+  return fmt::format("[{},{},{}]", s, rest / sh.D, rest % sh.D);
+}
+
+}  // namespace
+
+struct InputReader::Impl {
+  std::string path;
+  ReadOptions options;
+  Handle file;
+  Shape shape;
+  std::vector<int64_t> batch_dims;
+  CombLayout layout = CombLayout::src_dst;
+  InputTensor x, residual, post, comb, grad_out;
+  bool has_grad = false;
+  Handle bf16_type = detail::make_bf16_type();
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(fmt::format("{}: {}", path, what)); }
+
+  void open_tensor(InputTensor& t, const char* name, Slot slot, bool required) {
+    t.name = name;
+    t.slot = slot;
+    const std::string ds = std::string("/inputs/") + name;
+    if (H5Lexists(file.get(), ds.c_str(), H5P_DEFAULT) <= 0) {
+      if (!required) return;
+      fail(fmt::format("missing dataset {} (an mhcdiff/1 input file has /inputs/x, /inputs/residual, /inputs/post, "
+                       "/inputs/comb and optionally /inputs/grad_out)",
+                       ds));
+    }
+    t.dataset = Handle(H5Dopen2(file.get(), ds.c_str(), H5P_DEFAULT));
+    if (!t.dataset.valid()) fail(fmt::format("{} is not a readable dataset", ds));
+    t.kind = detail::classify(t.dataset.get());
+    const bool ok = t.kind == StoredKind::bf16_float || t.kind == StoredKind::bf16_uint16 ||
+                    t.kind == StoredKind::f32 || t.kind == StoredKind::f64;
+    if (!ok) {
+      const char* expected = slot == Slot::bf16
+                                 ? "bfloat16 (the HDF5 bf16 float type, or uint16 with attribute dtype=\"bfloat16\"), "
+                                   "or float32/float64 holding bf16 values"
+                                 : "float32 (float64 or bfloat16 holding float32 values are accepted too)";
+      fail(fmt::format("dataset {} is {}; expected {}", ds, detail::stored_kind_name(t.kind), expected));
+    }
+  }
+
+  void check_dims(const InputTensor& t, const std::vector<int64_t>& expected_tail, const char* pattern) {
+    const auto dims = detail::dataset_dims(t.dataset.get());
+    std::vector<int64_t> expected = batch_dims;
+    expected.insert(expected.end(), expected_tail.begin(), expected_tail.end());
+    std::vector<int64_t> got(dims.begin(), dims.end());
+    if (got.size() != expected.size())
+      fail(fmt::format("dataset /inputs/{} has rank {} (shape {}); expected rank {} ({} with the batch dims of "
+                       "/inputs/x {})",
+                       t.name, got.size(), detail::dims_text(got), expected.size(), pattern,
+                       detail::dims_text(x_dims())));
+    if (got != expected)
+      fail(fmt::format("dataset /inputs/{} has shape {}, which disagrees with /inputs/x {} and /inputs/residual {}; "
+                       "expected {} ({})",
+                       t.name, detail::dims_text(got), detail::dims_text(x_dims()),
+                       detail::dims_text(residual_dims()), detail::dims_text(expected), pattern));
+  }
+
+  std::vector<int64_t> x_dims() const {
+    auto d = detail::dataset_dims(x.dataset.get());
+    return {d.begin(), d.end()};
+  }
+  std::vector<int64_t> residual_dims() const {
+    auto d = detail::dataset_dims(residual.dataset.get());
+    return {d.begin(), d.end()};
+  }
+
+  void open() {
+    detail::silence_hdf5_errors();
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw InputError(fmt::format("input file {} does not exist", path));
+    if (fs::is_directory(path, ec)) throw InputError(fmt::format("input {} is a directory, not an HDF5 file", path));
+    if (H5Fis_hdf5(path.c_str()) <= 0)
+      throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
+    file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    if (!file.valid())
+      throw InputError(fmt::format("{} could not be opened as HDF5 (the file is truncated or corrupt)", path));
+    if (auto fmt_attr = detail::read_string_attribute(file.get(), "format"); fmt_attr && *fmt_attr != "mhcdiff/1")
+      fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *fmt_attr));
+    if (H5Lexists(file.get(), "/inputs", H5P_DEFAULT) <= 0)
+      fail("no /inputs group (expected /inputs/x, /inputs/residual, /inputs/post, /inputs/comb)");
+
+    open_tensor(x, "x", Slot::bf16, true);
+    open_tensor(residual, "residual", Slot::bf16, true);
+    open_tensor(post, "post", Slot::f32, true);
+    open_tensor(comb, "comb", Slot::f32, true);
+    open_tensor(grad_out, "grad_out", Slot::bf16, false);
+    has_grad = grad_out.dataset.valid();
+
+    const auto xd = x_dims();
+    if (xd.size() < 2)
+      fail(fmt::format("dataset /inputs/x has rank {} (shape {}); expected [S,D] or [batch...,S,D]", xd.size(),
+                       detail::dims_text(xd)));
+    batch_dims.assign(xd.begin(), xd.end() - 1);
+    const auto rd = residual_dims();
+    if (rd.size() != xd.size() + 1)
+      fail(fmt::format("dataset /inputs/residual has rank {} (shape {}); expected rank {} ([...,S,H,D] with the batch "
+                       "dims of /inputs/x {})",
+                       rd.size(), detail::dims_text(rd), xd.size() + 1, detail::dims_text(xd)));
+    const int64_t H = rd[rd.size() - 2];
+    const int64_t D = xd.back();
+    if (H < 1 || H > kMaxStreams)
+      fail(fmt::format("dataset /inputs/residual has H={} streams (shape {}); expected 1..{}", H,
+                       detail::dims_text(rd), kMaxStreams));
+    if (D < 1) fail(fmt::format("dataset /inputs/x has D={} (shape {}); expected D >= 1", D, detail::dims_text(xd)));
+    check_dims(residual, {H, D}, "[...,S,H,D]");
+    check_dims(post, {H}, "[...,S,H]");
+    check_dims(comb, {H, H}, "[...,S,H,H]");
+    if (has_grad) check_dims(grad_out, {H, D}, "[...,S,H,D] like /inputs/residual");
+
+    int64_t S = 1;
+    for (int64_t b : batch_dims) S *= b;
+    if (S < 1) fail(fmt::format("dataset /inputs/x has no tokens (shape {})", detail::dims_text(xd)));
+    shape = Shape{S, static_cast<int>(H), D};
+    x.row_elems = D;
+    residual.row_elems = grad_out.row_elems = H * D;
+    post.row_elems = H;
+    comb.row_elems = H * H;
+
+    layout = options.comb_layout;
+    if (auto attr = detail::read_string_attribute(file.get(), "comb_layout")) {
+      CombLayout declared;
+      if (*attr == "src,dst") declared = CombLayout::src_dst;
+      else if (*attr == "dst,src") declared = CombLayout::dst_src;
+      else fail(fmt::format("root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", *attr));
+      if (options.comb_layout == CombLayout::dst_src && declared == CombLayout::src_dst)
+        fail("--comb-layout dst,src was given but the file declares comb_layout=\"src,dst\"");
+      layout = declared;
+    }
+  }
+
+  template <class Raw>
+  void read_raw(const InputTensor& t, hid_t mem_type, int64_t s0, int64_t count, std::vector<Raw>& buf) {
+    buf.resize(static_cast<size_t>(count * t.row_elems));
+    try {
+      detail::read_flat(t.dataset.get(), mem_type, uint64_t(s0 * t.row_elems), uint64_t(count * t.row_elems),
+                        buf.data());
+    } catch (const std::runtime_error&) {
+      fail(fmt::format("reading dataset /inputs/{} failed (the file is truncated or corrupt)", t.name));
+    }
+  }
+
+  // Converts wide values into the slot's type, refusing (or counting, under --round-inputs) inexact ones.
+  template <class Wide, class Narrow, class Round, class Widen>
+  void narrow_values(const InputTensor& t, const std::vector<Wide>& wide, std::vector<Narrow>& out, int64_t s0,
+                     InputCensus* census, Round round, Widen widen, const char* target) {
+    out.resize(wide.size());
+    for (size_t i = 0; i < wide.size(); ++i) {
+      const Wide v = wide[i];
+      out[i] = round(v);
+      if (std::isnan(v) || Wide(widen(out[i])) == v) continue;
+      if (!options.round_inputs)
+        fail(fmt::format("dataset /inputs/{} holds {} values that are not exactly {} (first at element {}: {}); pass "
+                         "--round-inputs to round them to nearest-even",
+                         t.name, sizeof(Wide) == 8 ? "float64" : "float32", target,
+                         element_index_text(s0 * t.row_elems + int64_t(i), t, shape), double(v)));
+      if (census) ++census->rounded_count;
+    }
+  }
+
+  void read_bf16_slot(const InputTensor& t, int64_t s0, int64_t count, std::vector<bf16_bits>& out,
+                      InputCensus* census) {
+    switch (t.kind) {
+      case StoredKind::bf16_float: read_raw(t, bf16_type.get(), s0, count, out); break;
+      case StoredKind::bf16_uint16: {
+        Handle ftype(H5Dget_type(t.dataset.get()));
+        const hid_t mem = H5Tget_sign(ftype.get()) == H5T_SGN_NONE ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT16;
+        read_raw(t, mem, s0, count, out);  // int16 and uint16 have the same bits: no conversion either way
+        break;
+      }
+      case StoredKind::f32: {
+        std::vector<float> wide;
+        read_raw(t, H5T_NATIVE_FLOAT, s0, count, wide);
+        narrow_values(t, wide, out, s0, census, [](float v) { return round_to_bf16_rne(v); }, bf16_to_float,
+                      "bfloat16");
+        break;
+      }
+      case StoredKind::f64: {
+        std::vector<double> wide;
+        read_raw(t, H5T_NATIVE_DOUBLE, s0, count, wide);
+        narrow_values(t, wide, out, s0, census, [](double v) { return round_to_bf16_rne(v); }, bf16_to_float,
+                      "bfloat16");
+        break;
+      }
+      default: fail("internal: unexpected dtype");
+    }
+    if (census)
+      for (bf16_bits b : out) {
+        if (bf16_is_nan(b)) ++census->nan_count;
+        else if ((b & 0x7fffu) == 0x7f80u) ++census->inf_count;
+      }
+  }
+
+  void read_f32_slot(const InputTensor& t, int64_t s0, int64_t count, std::vector<float>& out, InputCensus* census) {
+    switch (t.kind) {
+      case StoredKind::f32: read_raw(t, H5T_NATIVE_FLOAT, s0, count, out); break;
+      case StoredKind::f64: {
+        std::vector<double> wide;
+        read_raw(t, H5T_NATIVE_DOUBLE, s0, count, wide);
+        narrow_values(t, wide, out, s0, census, [](double v) { return static_cast<float>(v); },
+                      [](float f) { return f; }, "float32");
+        break;
+      }
+      case StoredKind::bf16_float:
+      case StoredKind::bf16_uint16: {
+        std::vector<bf16_bits> bits;
+        read_bf16_slot(t, s0, count, bits, nullptr);
+        out.resize(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+        break;
+      }
+      default: fail("internal: unexpected dtype");
+    }
+    if (census)
+      for (float v : out) {
+        if (std::isnan(v)) ++census->nan_count;
+        else if (std::isinf(v)) ++census->inf_count;
+      }
+  }
+};
+
+InputReader::InputReader(const std::string& path, const ReadOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  impl_->options = options;
+  impl_->open();
+}
+InputReader::~InputReader() = default;
+InputReader::InputReader(InputReader&&) noexcept = default;
+InputReader& InputReader::operator=(InputReader&&) noexcept = default;
+
+const std::string& InputReader::path() const { return impl_->path; }
+const Shape& InputReader::shape() const { return impl_->shape; }
+const std::vector<int64_t>& InputReader::batch_dims() const { return impl_->batch_dims; }
+bool InputReader::has_grad() const { return impl_->has_grad; }
+CombLayout InputReader::comb_layout() const { return impl_->layout; }
+
+Inputs InputReader::read_slab(int64_t s0, int64_t count, InputCensus* census) {
+  Impl& m = *impl_;
+  if (s0 < 0 || count < 0 || s0 + count > m.shape.S)
+    throw std::out_of_range(fmt::format("read_slab [{}, {}) outside [0, {})", s0, s0 + count, m.shape.S));
+  Inputs in;
+  in.shape = Shape{count, m.shape.H, m.shape.D};
+  m.read_bf16_slot(m.x, s0, count, in.x, census);
+  m.read_bf16_slot(m.residual, s0, count, in.residual, census);
+  m.read_f32_slot(m.post, s0, count, in.post, census);
+  m.read_f32_slot(m.comb, s0, count, in.comb, census);
+  if (m.has_grad) m.read_bf16_slot(m.grad_out, s0, count, in.grad_out, census);
+  if (m.layout == CombLayout::dst_src) {
+    const int H = m.shape.H;
+    for (int64_t s = 0; s < count; ++s) {
+      float* c = in.comb.data() + s * H * H;
+      for (int i = 0; i < H; ++i)
+        for (int j = i + 1; j < H; ++j) std::swap(c[i * H + j], c[j * H + i]);
+    }
+  }
+  return in;
+}
+
+std::string InputReader::checksum() {
+  InputChecksum sum;
+  const int64_t step = slab_tokens_for(impl_->shape, impl_->has_grad, int64_t(64) << 20);
+  for (int64_t s0 = 0; s0 < impl_->shape.S; s0 += step)
+    sum.update(read_slab(s0, std::min(step, impl_->shape.S - s0)));
+  return sum.hex();
+}
+
+Inputs read_inputs(const std::string& path, const ReadOptions& options) {
+  InputReader reader(path, options);
+  return reader.read_slab(0, reader.shape().S);
+}
+
+}  // namespace mhc::io

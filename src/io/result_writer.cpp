@@ -1,0 +1,396 @@
+// ResultWriter: builds an mhcdiff/1 file in a temp file beside the destination and renames it over the
+// destination on commit(), so a reader never sees a partial file and a failed run leaves the old one intact.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "io/hdf5_util.hpp"
+#include "io/store.hpp"
+
+namespace mhc::io {
+
+using detail::Handle;
+namespace fs = std::filesystem;
+
+// ---- temp files removed on SIGINT/SIGTERM/SIGHUP ------------------------------------------------------------
+// A killed run must not leave its temp file behind. SIGKILL cannot be caught (its temp file, named
+// .<output>.mhcdiff-tmp-XXXXXX, stays; the destination is intact either way); the catchable signals unlink every
+// registered temp file and then die with the default action. Fixed-size storage because a signal handler may
+// only call async-signal-safe functions (unlink, signal, raise), never allocate.
+namespace {
+
+constexpr int kMaxTempFiles = 8;
+struct TempSlot {
+  std::atomic<bool> used{false};
+  char path[4096] = {};
+};
+std::array<TempSlot, kMaxTempFiles> g_temp_slots;
+
+extern "C" void remove_temps_and_die(int sig) {
+  for (TempSlot& slot : g_temp_slots)
+    if (slot.used.load()) unlink(slot.path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_signal_cleanup() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    sigaction(sig, nullptr, &current);
+    if (current.sa_handler == SIG_DFL) std::signal(sig, remove_temps_and_die);  // never replace someone's handler
+  }
+}
+
+int register_temp(const std::string& path) {
+  install_signal_cleanup();
+  if (path.size() >= sizeof(TempSlot::path)) return -1;
+  for (int i = 0; i < kMaxTempFiles; ++i) {
+    TempSlot& slot = g_temp_slots[size_t(i)];
+    if (slot.used.load()) continue;
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.used.store(true);
+    return i;
+  }
+  return -1;
+}
+
+void unregister_temp(int slot) {
+  if (slot >= 0) g_temp_slots[size_t(slot)].used.store(false);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// Target chunk size: big enough that HDF5's per-chunk overhead vanishes, small enough that a partially
+// written chunk fits the 2 MiB per-dataset chunk cache (see docs/format.md, "Memory").
+constexpr int64_t kChunkBytes = 512 << 10;
+constexpr size_t kChunkCacheBytes = 2 << 20;
+
+}  // namespace
+
+Provenance make_provenance(const Policy& policy, const std::string& device, const std::string& input_checksum) {
+  Provenance p;
+  p.policy = policy.name;
+  p.models = policy.models;
+  p.tool_version = MHCDIFF_VERSION;
+  p.policy_description = describe(policy.desc);
+  p.device = device;
+  p.host = host_name();
+  p.utc_time = utc_now();
+  p.input_checksum = input_checksum;
+  return p;
+}
+
+namespace {
+
+struct DatasetEntry {
+  Handle dataset;
+  DType dtype = DType::bf16;
+  int64_t row_elems = 0;
+};
+
+}  // namespace
+
+struct ResultWriter::Impl {
+  std::string path, temp_path;
+  int temp_slot = -1;
+  Handle file;
+  bool committed = false;
+  std::vector<int64_t> batch_dims;  // empty: {S} of the first declare
+  int deflate_level = 0;
+  Handle bf16_type = detail::make_bf16_type();
+  std::map<std::string, DatasetEntry> datasets;  // by full path
+  std::map<std::string, Handle> groups;
+
+  ~Impl() { discard(); }
+
+  void discard() {
+    if (committed) return;
+    datasets.clear();
+    groups.clear();
+    file.reset();
+    if (!temp_path.empty()) unlink(temp_path.c_str());
+    unregister_temp(temp_slot);
+    temp_slot = -1;
+    temp_path.clear();
+  }
+
+  hid_t group(const std::string& name) {
+    auto it = groups.find(name);
+    if (it != groups.end()) return it->second.get();
+    Handle g;
+    if (H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) > 0) {
+      g = Handle(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT));
+    } else {
+      Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+      H5Pset_create_intermediate_group(lcpl.get(), 1);
+      g = Handle(H5Gcreate2(file.get(), name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+    }
+    if (!g.valid()) throw std::runtime_error(fmt::format("could not create group {} in {}", name, temp_path));
+    return groups.emplace(name, std::move(g)).first->second.get();
+  }
+
+  std::vector<int64_t> batch_for(const Shape& shape) {
+    if (batch_dims.empty()) batch_dims = {shape.S};
+    int64_t product = 1;
+    for (int64_t b : batch_dims) product *= b;
+    if (product != shape.S)
+      throw std::invalid_argument(fmt::format("batch dims {} do not multiply to S={}", detail::dims_text(batch_dims),
+                                              shape.S));
+    return batch_dims;
+  }
+
+  void create(const std::string& group_name, const std::string& name, DType dtype, const Shape& shape,
+              const std::vector<int64_t>& elem_dims) {
+    const std::vector<int64_t> batch = batch_for(shape);
+    std::vector<hsize_t> dims(batch.begin(), batch.end());
+    int64_t row_elems = 1;
+    for (int64_t e : elem_dims) {
+      dims.push_back(hsize_t(e));
+      row_elems *= e;
+    }
+    const int64_t elem_size = dtype == DType::bf16 ? 2 : dtype == DType::f32 ? 4 : 8;
+    // Chunks are whole token rows: a slab read or write touches whole chunks (except at slab edges).
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    const size_t token_axis = batch.size() - 1;
+    const int64_t rows = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, row_elems * elem_size), 1,
+                                             std::max<int64_t>(1, batch.back()));
+    chunk[token_axis] = hsize_t(rows);
+    for (size_t i = 0; i < elem_dims.size(); ++i) chunk[batch.size() + i] = hsize_t(elem_dims[i]);
+
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    if (deflate_level > 0) {
+      H5Pset_shuffle(dcpl.get());
+      H5Pset_deflate(dcpl.get(), unsigned(deflate_level));
+    }
+    Handle dapl(H5Pcreate(H5P_DATASET_ACCESS));
+    H5Pset_chunk_cache(dapl.get(), 521, kChunkCacheBytes, 1.0);
+    Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
+    const hid_t file_type = dtype == DType::bf16  ? bf16_type.get()
+                            : dtype == DType::f32 ? H5T_IEEE_F32LE
+                                                  : H5T_IEEE_F64LE;
+    const hid_t g = group(group_name);
+    Handle ds(H5Dcreate2(g, name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), dapl.get()));
+    if (!ds.valid())
+      throw std::runtime_error(fmt::format("could not create dataset {}/{} in {}", group_name, name, temp_path));
+    if (dtype == DType::bf16) detail::write_string_attribute(ds.get(), "dtype", "bfloat16");
+    datasets[group_name + "/" + name] = DatasetEntry{std::move(ds), dtype, row_elems};
+  }
+
+  template <class T>
+  void write_rows(const std::string& key, int64_t s0, const std::vector<T>& data) {
+    auto it = datasets.find(key);
+    if (it == datasets.end()) throw std::logic_error("ResultWriter: dataset " + key + " was not declared");
+    DatasetEntry& e = it->second;
+    if (data.size() % size_t(e.row_elems) != 0)
+      throw std::logic_error(fmt::format("ResultWriter: {} got {} values, not whole rows of {}", key, data.size(),
+                                         e.row_elems));
+    const hid_t mem = e.dtype == DType::bf16 ? bf16_type.get()
+                      : e.dtype == DType::f32 ? H5T_NATIVE_FLOAT
+                                              : H5T_NATIVE_DOUBLE;
+    if (sizeof(T) != (e.dtype == DType::bf16 ? 2u : e.dtype == DType::f32 ? 4u : 8u))
+      throw std::logic_error("ResultWriter: wrong element type for " + key);
+    try {
+      detail::write_flat(e.dataset.get(), mem, uint64_t(s0 * e.row_elems), data.size(), data.data());
+    } catch (const std::runtime_error&) {
+      throw std::runtime_error(fmt::format("writing {} to {} failed (disk full?)", key, temp_path));
+    }
+  }
+
+  // Every declared dataset of `group_name` must get its rows; absent vectors are a caller bug.
+  template <class T>
+  void write_if_declared(const std::string& group_name, const char* name, int64_t s0, const std::vector<T>& data) {
+    const std::string key = group_name + "/" + name;
+    if (!datasets.count(key)) return;
+    if (data.empty()) throw std::logic_error("ResultWriter: no data for declared dataset " + key);
+    write_rows(key, s0, data);
+  }
+};
+
+ResultWriter::ResultWriter(const std::string& path, const std::string& forbid_same_as)
+    : impl_(std::make_unique<Impl>()) {
+  detail::silence_hdf5_errors();
+  Impl& m = *impl_;
+  m.path = path;
+  if (path.empty()) throw InputError("the output path is empty");
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw InputError(fmt::format("output path {} is a directory; expected a file name", path));
+  if (!forbid_same_as.empty()) {
+    const bool same = (fs::exists(path, ec) && fs::equivalent(path, forbid_same_as, ec)) ||
+                      fs::weakly_canonical(fs::absolute(path), ec) ==
+                          fs::weakly_canonical(fs::absolute(forbid_same_as), ec);
+    if (same)
+      throw InputError(fmt::format("output path {} is the input file; choose another output (it would be replaced)",
+                                   path));
+  }
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    throw InputError(fmt::format("cannot write output {}: directory {} does not exist", path, dir.string()));
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    throw InputError(fmt::format("cannot write output {}: directory {} is not writable", path, dir.string()));
+  if (fs::exists(path, ec) && access(path.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("cannot write output {}: the existing file is not writable", path));
+
+  std::string templ = (dir / fmt::format(".{}.mhcdiff-tmp-XXXXXX", fs::path(path).filename().string())).string();
+  const int fd = mkstemp(templ.data());
+  if (fd < 0)
+    throw InputError(fmt::format("cannot write output {}: could not create a temp file in {} ({})", path,
+                                 dir.string(), std::strerror(errno)));
+  // mkstemp makes the file 0600; give it the mode a plain create would (0666 minus the umask).
+  const mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  close(fd);
+  m.temp_path = templ;
+  m.temp_slot = register_temp(m.temp_path);
+  m.file = Handle(H5Fcreate(m.temp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  if (!m.file.valid()) throw InputError(fmt::format("cannot write output {}: HDF5 could not create {}", path, templ));
+  detail::write_string_attribute(m.file.get(), "format", "mhcdiff/1");
+  detail::write_string_attribute(m.file.get(), "comb_layout", "src,dst");
+}
+
+ResultWriter::~ResultWriter() = default;
+
+void ResultWriter::set_batch_dims(const std::vector<int64_t>& batch_dims) {
+  if (!impl_->datasets.empty()) throw std::logic_error("ResultWriter::set_batch_dims after a dataset was declared");
+  if (batch_dims.empty()) throw std::invalid_argument("batch dims must not be empty");
+  impl_->batch_dims = batch_dims;
+}
+
+void ResultWriter::set_compression(int deflate_level) { impl_->deflate_level = std::clamp(deflate_level, 0, 9); }
+
+void ResultWriter::declare_inputs(const Shape& shape, bool with_grad) {
+  Impl& m = *impl_;
+  m.create("/inputs", "x", DType::bf16, shape, {shape.D});
+  m.create("/inputs", "residual", DType::bf16, shape, {shape.H, shape.D});
+  m.create("/inputs", "post", DType::f32, shape, {shape.H});
+  m.create("/inputs", "comb", DType::f32, shape, {shape.H, shape.H});
+  if (with_grad) m.create("/inputs", "grad_out", DType::bf16, shape, {shape.H, shape.D});
+}
+
+void ResultWriter::append_inputs(int64_t s0, const Inputs& slab) {
+  Impl& m = *impl_;
+  m.write_rows("/inputs/x", s0, slab.x);
+  m.write_rows("/inputs/residual", s0, slab.residual);
+  m.write_rows("/inputs/post", s0, slab.post);
+  m.write_rows("/inputs/comb", s0, slab.comb);
+  m.write_if_declared("/inputs", "grad_out", s0, slab.grad_out);
+}
+
+void ResultWriter::declare_policy(const Policy& policy, const Shape& shape, bool backward,
+                                  const Provenance& provenance) {
+  Impl& m = *impl_;
+  const std::string g = "/results/" + policy.name;
+  if (m.groups.count(g)) throw std::logic_error("ResultWriter: policy " + policy.name + " declared twice");
+  const bool f64 = stores_f64(policy.desc);
+  m.create(g, "out", DType::bf16, shape, {shape.H, shape.D});
+  if (f64) m.create(g, "out_f64", DType::f64, shape, {shape.H, shape.D});
+  if (backward) {
+    m.create(g, "grad_x", DType::bf16, shape, {shape.D});
+    m.create(g, "grad_residual", DType::bf16, shape, {shape.H, shape.D});
+    m.create(g, "grad_post", DType::f32, shape, {shape.H});
+    m.create(g, "grad_comb", DType::f32, shape, {shape.H, shape.H});
+    if (f64) {
+      m.create(g, "grad_x_f64", DType::f64, shape, {shape.D});
+      m.create(g, "grad_residual_f64", DType::f64, shape, {shape.H, shape.D});
+      m.create(g, "grad_post_f64", DType::f64, shape, {shape.H});
+      m.create(g, "grad_comb_f64", DType::f64, shape, {shape.H, shape.H});
+    }
+  }
+  const hid_t grp = m.group(g);
+  detail::write_string_attribute(grp, "policy", provenance.policy.empty() ? policy.name : provenance.policy);
+  detail::write_string_attribute(grp, "models", provenance.models.empty() ? policy.models : provenance.models);
+  detail::write_string_attribute(grp, "tool_version", provenance.tool_version);
+  detail::write_string_attribute(grp, "policy_description", provenance.policy_description);
+  detail::write_string_attribute(grp, "device", provenance.device);
+  detail::write_string_attribute(grp, "host", provenance.host);
+  detail::write_string_attribute(grp, "utc_time", provenance.utc_time);
+  detail::write_string_attribute(grp, "input_checksum", provenance.input_checksum);
+}
+
+void ResultWriter::append_result(const std::string& policy_name, int64_t s0, const PolicyResult& r) {
+  Impl& m = *impl_;
+  const std::string g = "/results/" + policy_name;
+  if (!m.groups.count(g)) throw std::logic_error("ResultWriter: policy " + policy_name + " was not declared");
+  m.write_if_declared(g, "out", s0, r.out);
+  m.write_if_declared(g, "out_f64", s0, r.out_f64);
+  m.write_if_declared(g, "grad_x", s0, r.grad_x);
+  m.write_if_declared(g, "grad_residual", s0, r.grad_residual);
+  m.write_if_declared(g, "grad_post", s0, r.grad_post);
+  m.write_if_declared(g, "grad_comb", s0, r.grad_comb);
+  m.write_if_declared(g, "grad_x_f64", s0, r.grad_x_f64);
+  m.write_if_declared(g, "grad_residual_f64", s0, r.grad_residual_f64);
+  m.write_if_declared(g, "grad_post_f64", s0, r.grad_post_f64);
+  m.write_if_declared(g, "grad_comb_f64", s0, r.grad_comb_f64);
+}
+
+void ResultWriter::set_attribute(const std::string& group, const std::string& name, const std::string& value) {
+  detail::write_string_attribute(group == "/" ? impl_->file.get() : impl_->group(group), name, value);
+}
+
+void ResultWriter::set_attribute(const std::string& group, const std::string& name, double value) {
+  detail::write_double_attribute(group == "/" ? impl_->file.get() : impl_->group(group), name, value);
+}
+
+void ResultWriter::set_integer_attribute(const std::string& group, const std::string& name, int64_t value) {
+  detail::write_int_attribute(group == "/" ? impl_->file.get() : impl_->group(group), name, value);
+}
+
+void ResultWriter::commit() {
+  Impl& m = *impl_;
+  if (m.committed) throw std::logic_error("ResultWriter::commit called twice");
+  m.datasets.clear();
+  m.groups.clear();
+  const hid_t f = m.file.get();
+  if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(f) < 0)
+    throw std::runtime_error(fmt::format("finishing {} failed (disk full?); {} was left untouched", m.temp_path,
+                                         m.path));
+  m.file = Handle();  // already closed by H5Fclose
+  // Data on disk before the rename, so a crash right after it cannot expose an empty file.
+  if (int fd = open(m.temp_path.c_str(), O_RDONLY); fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  if (std::rename(m.temp_path.c_str(), m.path.c_str()) != 0)
+    throw std::runtime_error(fmt::format("could not rename {} to {}: {}", m.temp_path, m.path, std::strerror(errno)));
+  m.committed = true;
+  unregister_temp(m.temp_slot);
+  m.temp_slot = -1;
+  fs::path dir = fs::path(m.path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+}  // namespace mhc::io

@@ -1,0 +1,213 @@
+// TensorFile: read access to any dataset of an mhcdiff/1 file, by flat element ranges.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "io/hdf5_util.hpp"
+#include "io/store.hpp"
+
+namespace mhc::io {
+
+using detail::Handle;
+using detail::StoredKind;
+
+int64_t TensorInfo::rows() const {
+  std::string base = dataset.substr(dataset.rfind('/') + 1);
+  if (base.size() > 4 && base.compare(base.size() - 4, 4, "_f64") == 0) base.resize(base.size() - 4);
+  // Element dims per token: [D] for x-like and post-like tensors, [H,D] / [H,H] for the others.
+  const bool two = base == "residual" || base == "grad_out" || base == "out" || base == "grad_residual" ||
+                   base == "comb" || base == "grad_comb";
+  const size_t element_dims = two ? 2 : 1;
+  int64_t r = 1;
+  for (size_t i = 0; i + element_dims < dims.size(); ++i) r *= dims[i];
+  return r;
+}
+
+struct TensorFile::Impl {
+  std::string path;
+  Handle file;
+  Handle bf16_type = detail::make_bf16_type();
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(fmt::format("{}: {}", path, what)); }
+
+  Handle open_dataset(const std::string& name) const {
+    if (!detail::link_exists(file.get(), name)) fail(fmt::format("missing dataset {}", name));
+    Handle ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
+    if (!ds.valid()) fail(fmt::format("{} is not a dataset", name));
+    return ds;
+  }
+
+  uint64_t element_count(hid_t ds) const {
+    uint64_t n = 1;
+    for (hsize_t d : detail::dataset_dims(ds)) n *= d;
+    return n;
+  }
+
+  void check_range(const std::string& name, hid_t ds, int64_t first, int64_t count) const {
+    const uint64_t n = element_count(ds);
+    if (first < 0 || count < 0 || uint64_t(first + count) > n)
+      fail(fmt::format("elements [{}, {}) of {} requested, but it has {}", first, first + count, name, n));
+  }
+
+  template <class T>
+  void read(const std::string& name, hid_t ds, hid_t mem, int64_t first, int64_t count, T* dst) const {
+    try {
+      detail::read_flat(ds, mem, uint64_t(first), uint64_t(count), dst);
+    } catch (const std::runtime_error&) {
+      fail(fmt::format("reading dataset {} failed (the file is truncated or corrupt)", name));
+    }
+  }
+};
+
+TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  detail::silence_hdf5_errors();
+  impl_->path = path;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError(fmt::format("file {} does not exist", path));
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("{} is a directory, not an HDF5 file", path));
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
+  impl_->file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!impl_->file.valid())
+    throw InputError(fmt::format("{} could not be opened as HDF5 (the file is truncated or corrupt)", path));
+  const auto format = detail::read_string_attribute(impl_->file.get(), "format");
+  if (format && *format != "mhcdiff/1")
+    impl_->fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *format));
+  // A PyTorch user's dump may lack the root attributes; its groups say what it is.
+  if (!format && H5Lexists(impl_->file.get(), "/inputs", H5P_DEFAULT) <= 0 &&
+      H5Lexists(impl_->file.get(), "/results", H5P_DEFAULT) <= 0)
+    impl_->fail("not an mhcdiff/1 file (no format attribute, no /inputs or /results group)");
+}
+
+TensorFile::~TensorFile() = default;
+TensorFile::TensorFile(TensorFile&&) noexcept = default;
+TensorFile& TensorFile::operator=(TensorFile&&) noexcept = default;
+
+const std::string& TensorFile::path() const { return impl_->path; }
+
+namespace {
+
+struct ChildList {
+  std::vector<std::string> names;
+  H5O_type_t want;
+};
+
+herr_t collect_child(hid_t group, const char* name, const H5L_info_t*, void* data) {
+  auto* list = static_cast<ChildList*>(data);
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 && info.type == list->want)
+    list->names.emplace_back(name);
+  return 0;
+}
+
+std::vector<std::string> children(hid_t file, const std::string& group, H5O_type_t type) {
+  ChildList list{{}, type};
+  if (!detail::link_exists(file, group)) return {};
+  Handle g(H5Gopen2(file, group.c_str(), H5P_DEFAULT));
+  if (!g.valid()) return {};
+  hsize_t idx = 0;
+  // Creation order is not tracked by default; name order is stable and readable.
+  H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_child, &list);
+  return list.names;
+}
+
+}  // namespace
+
+std::vector<std::string> TensorFile::policies() const {
+  return children(impl_->file.get(), "/results", H5O_TYPE_GROUP);
+}
+
+std::vector<std::string> TensorFile::datasets(const std::string& group) const {
+  return children(impl_->file.get(), group, H5O_TYPE_DATASET);
+}
+
+bool TensorFile::exists(const std::string& dataset) const {
+  if (!detail::link_exists(impl_->file.get(), dataset)) return false;
+  H5O_info_t info;
+  return H5Oget_info_by_name2(impl_->file.get(), dataset.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 &&
+         info.type == H5O_TYPE_DATASET;
+}
+
+TensorInfo TensorFile::info(const std::string& dataset) const {
+  Handle ds = impl_->open_dataset(dataset);
+  const StoredKind kind = detail::classify(ds.get());
+  const auto dtype = detail::dtype_of(kind);
+  if (!dtype)
+    impl_->fail(fmt::format("dataset {} is {}; expected bfloat16, float32 or float64", dataset,
+                            detail::stored_kind_name(kind)));
+  TensorInfo t;
+  t.dataset = dataset;
+  t.dtype = *dtype;
+  for (hsize_t d : detail::dataset_dims(ds.get())) t.dims.push_back(int64_t(d));
+  return t;
+}
+
+std::vector<std::pair<std::string, std::string>> TensorFile::attributes(const std::string& object) const {
+  if (object != "/" && !detail::link_exists(impl_->file.get(), object))
+    impl_->fail(fmt::format("no object {}", object));
+  Handle o(H5Oopen(impl_->file.get(), object.c_str(), H5P_DEFAULT));
+  if (!o.valid()) impl_->fail(fmt::format("cannot open {}", object));
+  return detail::attributes_as_text(o.get());
+}
+
+void TensorFile::read_bf16(const std::string& dataset, int64_t first, int64_t count, bf16_bits* dst) const {
+  Handle ds = impl_->open_dataset(dataset);
+  impl_->check_range(dataset, ds.get(), first, count);
+  switch (detail::classify(ds.get())) {
+    case StoredKind::bf16_float: impl_->read(dataset, ds.get(), impl_->bf16_type.get(), first, count, dst); return;
+    case StoredKind::bf16_uint16: {
+      Handle type(H5Dget_type(ds.get()));
+      const hid_t mem = H5Tget_sign(type.get()) == H5T_SGN_NONE ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT16;
+      impl_->read(dataset, ds.get(), mem, first, count, dst);
+      return;
+    }
+    case StoredKind::f32:
+    case StoredKind::f64: {
+      std::vector<double> wide(static_cast<size_t>(count));
+      impl_->read(dataset, ds.get(), H5T_NATIVE_DOUBLE, first, count, wide.data());
+      for (int64_t i = 0; i < count; ++i) {
+        dst[i] = round_to_bf16_rne(wide[size_t(i)]);
+        if (!std::isnan(wide[size_t(i)]) && double(bf16_to_float(dst[i])) != wide[size_t(i)])
+          impl_->fail(fmt::format("dataset {} is not bfloat16 and element {} ({}) is not a bfloat16 value", dataset,
+                                  first + i, wide[size_t(i)]));
+      }
+      return;
+    }
+    default:
+      impl_->fail(fmt::format("dataset {} is {}; expected bfloat16", dataset,
+                              detail::stored_kind_name(detail::classify(ds.get()))));
+  }
+}
+
+void TensorFile::read_f32(const std::string& dataset, int64_t first, int64_t count, float* dst) const {
+  Handle ds = impl_->open_dataset(dataset);
+  impl_->check_range(dataset, ds.get(), first, count);
+  const StoredKind kind = detail::classify(ds.get());
+  if (kind == StoredKind::f32) return impl_->read(dataset, ds.get(), H5T_NATIVE_FLOAT, first, count, dst);
+  if (kind == StoredKind::bf16_float || kind == StoredKind::bf16_uint16) {
+    std::vector<bf16_bits> bits(static_cast<size_t>(count));
+    read_bf16(dataset, first, count, bits.data());
+    for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_float(bits[size_t(i)]);
+    return;
+  }
+  impl_->fail(fmt::format("dataset {} is {}; expected float32", dataset, detail::stored_kind_name(kind)));
+}
+
+void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const {
+  Handle ds = impl_->open_dataset(dataset);
+  impl_->check_range(dataset, ds.get(), first, count);
+  const StoredKind kind = detail::classify(ds.get());
+  if (kind == StoredKind::f64 || kind == StoredKind::f32)  // f32 → f64 is exact; HDF5 converts
+    return impl_->read(dataset, ds.get(), H5T_NATIVE_DOUBLE, first, count, dst);
+  if (kind == StoredKind::bf16_float || kind == StoredKind::bf16_uint16) {
+    std::vector<bf16_bits> bits(static_cast<size_t>(count));
+    read_bf16(dataset, first, count, bits.data());
+    for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_float(bits[size_t(i)]);
+    return;
+  }
+  impl_->fail(fmt::format("dataset {} is {}; expected float64", dataset, detail::stored_kind_name(kind)));
+}
+
+}  // namespace mhc::io
