@@ -1,0 +1,162 @@
+#pragma once
+// Options shared by `compare` and `golden check`: gates, report format and destination, compute settings.
+// Declared once so both commands spell and document them identically.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare/engine.hpp"
+#include "io/errors.hpp"
+#include "report/report.hpp"
+
+namespace mhc::cli {
+
+struct CompareCliOptions {
+  std::string inputs;
+  std::vector<std::string> tensors;
+  std::optional<int64_t> max_mismatch;
+  std::optional<double> max_mismatch_frac;
+  std::optional<uint64_t> max_ulp;
+  std::optional<double> rtol, atol;
+  std::string grad_rel_l2 = fmt::format("{}", compare::kDefaultGradRelL2);
+  std::string grad_norm_max = fmt::format("{}", compare::kDefaultGradNormMax);
+  std::optional<double> min_survivor_frac;
+  double census_threshold = metrics::kDefaultCensusThreshold;
+  std::string relative_to;
+  double factor = 1.0;
+  std::string relative_metric = "max_abs";
+  std::string format = "text";
+  std::string report_path;
+  int top_k = 10;
+  std::string device = "auto";
+  int threads = 0;
+  std::string comb_layout = "src,dst";
+};
+
+inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_inputs = true) {
+  if (with_inputs)
+    cmd->add_option("--inputs", o.inputs,
+                    "inputs file: computes policy: sides, the exact truth (truth-ULP error, correct rounding) and the "
+                    "cancellation census");
+  cmd->add_option("--tensors", o.tensors, "tensors to compare (default: all the sides hold)")->delimiter(',');
+  auto* g = "Gates (exit 1 when one fails; none applies to out unless given)";
+  cmd->add_option("--max-mismatch", o.max_mismatch, "at most N elements whose bits differ")->group(g);
+  cmd->add_option("--max-mismatch-frac", o.max_mismatch_frac, "at most this fraction of elements differ")->group(g);
+  cmd->add_option("--max-ulp", o.max_ulp, "at most U ULP (in the tensor's own dtype) between any pair")->group(g);
+  auto* rtol = cmd->add_option("--rtol", o.rtol, "torch-style |C-R| <= atol + rtol*|R| for every element")->group(g);
+  auto* atol = cmd->add_option("--atol", o.atol, "absolute part of the torch-style tolerance")->group(g);
+  rtol->needs(atol);
+  atol->needs(rtol);
+  cmd->add_option("--grad-rel-l2", o.grad_rel_l2, "grad_* tensors: ||C-R||/||R|| at most this ('off' to disable)")
+      ->group(g)
+      ->capture_default_str();
+  cmd->add_option("--grad-norm-max", o.grad_norm_max, "grad_* tensors: max|C-R|/max|R| at most this ('off' to disable)")
+      ->group(g)
+      ->capture_default_str();
+  cmd->add_option("--min-survivor-frac", o.min_survivor_frac,
+                  "out: at least this fraction of cancellation cases must survive (needs --inputs)")
+      ->group(g);
+  auto* rel = cmd->add_option("--relative-to", o.relative_to,
+                              "candidate's error vs exact at most --factor times this policy's (needs --inputs)")
+                  ->group(g);
+  cmd->add_option("--factor", o.factor, "the k of --relative-to")->group(g)->needs(rel)->capture_default_str();
+  cmd->add_option("--relative-metric", o.relative_metric, "error measure of --relative-to")
+      ->group(g)
+      ->check(CLI::IsMember({"max_abs", "rel_l2", "max_truth_ulp"}))
+      ->capture_default_str();
+  cmd->add_option("--census-threshold", o.census_threshold, "kappa at which an element is a cancellation case")
+      ->capture_default_str();
+  cmd->add_option("--format", o.format, "report format")
+      ->check(CLI::IsMember({"text", "json", "markdown", "md", "junit"}))
+      ->capture_default_str();
+  cmd->add_option("--report", o.report_path, "write the --format report to FILE; the text summary still goes to stdout");
+  cmd->add_option("--top-k", o.top_k, "worst offenders listed per tensor")->check(CLI::Range(0, 10000))->capture_default_str();
+  cmd->add_option("--device", o.device, "where policy: sides and the exact truth are computed")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--comb-layout", o.comb_layout, "orientation of comb in --inputs")
+      ->check(CLI::IsMember({"src,dst", "dst,src"}))
+      ->capture_default_str();
+}
+
+// "off" / "none" disables a defaulted gate; anything else must be a non-negative number.
+inline std::optional<double> parse_optional_limit(const std::string& option, const std::string& text) {
+  if (text == "off" || text == "none") return std::nullopt;
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("{} {}: expected a non-negative number or 'off'", option, text));
+}
+
+inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
+  compare::CompareOptions c;
+  c.inputs = o.inputs;
+  c.tensors = o.tensors;
+  c.top_k = o.top_k;
+  c.census_threshold = o.census_threshold;
+  c.device = o.device;
+  c.threads = o.threads;
+  c.read.comb_layout = o.comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
+  compare::GateConfig& g = c.gates;
+  g = compare::GateConfig{};
+  if (auto v = parse_optional_limit("--grad-rel-l2", o.grad_rel_l2))
+    g.grad_tensors.rel_l2 = compare::Threshold{*v, "--grad-rel-l2" + std::string(*v == compare::kDefaultGradRelL2 ? " (default)" : "")};
+  if (auto v = parse_optional_limit("--grad-norm-max", o.grad_norm_max))
+    g.grad_tensors.norm_max =
+        compare::Threshold{*v, "--grad-norm-max" + std::string(*v == compare::kDefaultGradNormMax ? " (default)" : "")};
+  compare::Thresholds& all = g.every_tensor;
+  if (o.max_mismatch) {
+    if (*o.max_mismatch < 0) throw InputError("--max-mismatch must be at least 0");
+    all.max_mismatch = compare::Threshold{double(*o.max_mismatch), "--max-mismatch"};
+  }
+  if (o.max_mismatch_frac) {
+    if (*o.max_mismatch_frac < 0 || *o.max_mismatch_frac > 1)
+      throw InputError(fmt::format("--max-mismatch-frac {} is not a fraction in [0, 1]", *o.max_mismatch_frac));
+    all.max_mismatch_frac = compare::Threshold{*o.max_mismatch_frac, "--max-mismatch-frac"};
+  }
+  if (o.max_ulp) all.max_ulp = compare::Threshold{double(*o.max_ulp), "--max-ulp"};
+  if (o.rtol && o.atol) {
+    if (*o.rtol < 0 || *o.atol < 0) throw InputError("--rtol and --atol must be non-negative");
+    all.tolerance = metrics::Tolerance{*o.rtol, *o.atol};
+    all.tolerance_origin = "--rtol/--atol";
+  }
+  if (o.min_survivor_frac) {
+    if (*o.min_survivor_frac < 0 || *o.min_survivor_frac > 1)
+      throw InputError(fmt::format("--min-survivor-frac {} is not a fraction in [0, 1]", *o.min_survivor_frac));
+    all.min_survivor_frac = compare::Threshold{*o.min_survivor_frac, "--min-survivor-frac"};
+  }
+  if (!o.relative_to.empty()) {
+    if (o.factor <= 0) throw InputError(fmt::format("--factor {} must be positive", o.factor));
+    g.relative_to = o.relative_to;
+    g.relative_factor = o.factor;
+    g.relative_metric = o.relative_metric == "rel_l2"          ? compare::RelativeMetric::rel_l2
+                        : o.relative_metric == "max_truth_ulp" ? compare::RelativeMetric::max_truth_ulp
+                                                               : compare::RelativeMetric::max_abs;
+  }
+  return c;
+}
+
+// Prints (or writes) the report; returns the exit code (0 / 1). With --report, the file gets the --format
+// rendering and stdout still gets the text summary.
+inline int emit_report(const compare::CompareReport& rep, const CompareCliOptions& o) {
+  const report::ReportFormat f = report::parse_report_format(o.format);
+  if (!o.report_path.empty()) {
+    report::write_file_atomically(o.report_path, report::render(rep, f));
+    fmt::print("{}", report::render_text(rep));
+  } else {
+    fmt::print("{}", report::render(rep, f));
+  }
+  std::fflush(stdout);
+  return rep.exit_code();
+}
+
+}  // namespace mhc::cli

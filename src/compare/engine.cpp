@@ -1,0 +1,510 @@
+#include "compare/engine.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "kernels/cpu/operator_cpu.hpp"
+#include "kernels/dispatch.hpp"
+#include "policy/policy.hpp"
+
+namespace mhc::compare {
+
+namespace fs = std::filesystem;
+using metrics::Format;
+
+const std::vector<std::string>& primary_tensors() {
+  static const std::vector<std::string> names = {"out", "grad_x", "grad_residual", "grad_post", "grad_comb"};
+  return names;
+}
+
+namespace {
+
+bool is_known_tensor(const std::string& name) {
+  for (const auto& p : primary_tensors())
+    if (name == p || name == p + "_f64") return true;
+  return false;
+}
+
+bool is_f64_name(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, "_f64") == 0; }
+
+// SPEC §1 fixes each tensor's dtype; a file's storage may differ (uint16 bf16, float32 holding bf16 values)
+// and the store converts exactly or refuses.
+Format format_of_tensor(const std::string& name) {
+  if (is_f64_name(name)) return Format::f64;
+  if (name == "grad_post" || name == "grad_comb") return Format::f32;
+  return Format::bf16;
+}
+
+bool is_grad(const std::string& name) { return name.rfind("grad_", 0) == 0; }
+
+// The element dims of one token for a tensor of this shape (SPEC §1).
+std::vector<int64_t> token_dims(const std::string& name, const Shape& sh) {
+  const std::string base = is_f64_name(name) ? name.substr(0, name.size() - 4) : name;
+  if (base == "grad_x") return {sh.D};
+  if (base == "grad_post") return {int64_t(sh.H)};
+  if (base == "grad_comb") return {int64_t(sh.H), int64_t(sh.H)};
+  return {int64_t(sh.H), sh.D};
+}
+
+std::string join_names(const std::vector<std::string>& v) { return v.empty() ? "none" : fmt::format("{}", fmt::join(v, ", ")); }
+
+// A side once resolved: a file group, or a policy computed from the inputs.
+struct Side {
+  SideSpec spec;
+  std::unique_ptr<io::TensorFile> file;
+  std::string group;  // "/results/NAME" or "/" for a file side
+  const Policy* policy = nullptr;
+  bool exact = false;
+  std::vector<std::string> tensors;  // the tensors this side holds (file) or can compute (policy)
+
+  std::string label() const { return spec.is_policy ? "policy:" + spec.policy : spec.path + ":" + group; }
+  std::string dataset(const std::string& name) const { return (group == "/" ? "" : group) + "/" + name; }
+};
+
+std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
+  const std::vector<std::string> groups = f.policies();
+  auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
+  if (spec.group.empty()) {
+    if (groups.size() == 1) return "/results/" + groups[0];
+    if (groups.empty()) {
+      if (f.exists("/out")) return "/";
+      throw InputError(fmt::format("{} holds no /results group and no /out dataset: there is nothing to compare "
+                                   "(write results with `mhcdiff run`)", spec.path));
+    }
+    throw InputError(fmt::format("{} holds {} results groups ({}); name one, e.g. {}:/results/{}", spec.path,
+                                 groups.size(), join_names(groups), spec.path, groups[0]));
+  }
+  std::string g = spec.group;
+  while (g.size() > 1 && g.back() == '/') g.pop_back();
+  if (g == "/") {
+    if (f.exists("/out")) return "/";
+  } else if (g.rfind("/results/", 0) == 0 && has_group(g.substr(9))) {
+    return g;
+  } else if (g.front() != '/' && has_group(g)) {
+    return "/results/" + g;
+  } else if (g.front() != '/') {
+    try {  // an alias such as ":hf" for the group hf-bf16
+      const Policy& p = find_policy(g);
+      if (has_group(p.name)) return "/results/" + p.name;
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  throw InputError(fmt::format("{} has no results group '{}'; it holds: {}", spec.path, spec.group, join_names(groups)));
+}
+
+bool group_is_exact(const io::TensorFile& f, const std::string& group) {
+  if (group == "/") return false;
+  for (const auto& [k, v] : f.attributes(group))
+    if (k == "policy_description") return v.find("accumulator=exact") != std::string::npos;
+  try {
+    return find_policy(group.substr(group.rfind('/') + 1)).desc.accumulator == Accumulator::exact;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+Side open_side(const std::string& text, const io::InputReader* inputs) {
+  Side side;
+  side.spec = parse_side(text);
+  if (side.spec.is_policy) {
+    side.policy = &find_policy(side.spec.policy);
+    side.exact = side.policy->desc.accumulator == Accumulator::exact;
+    if (!inputs)
+      throw InputError(fmt::format("{} is computed from inputs: pass --inputs in.h5 (a results file written by "
+                                   "`mhcdiff run` holds its inputs too)", text));
+    for (const auto& t : primary_tensors())
+      if (t == "out" || inputs->has_grad()) side.tensors.push_back(t);
+    if (stores_f64(side.policy->desc)) {
+      const size_t n = side.tensors.size();
+      for (size_t i = 0; i < n; ++i) side.tensors.push_back(side.tensors[i] + "_f64");
+    }
+    return side;
+  }
+  side.file = std::make_unique<io::TensorFile>(side.spec.path);
+  side.group = resolve_group(*side.file, side.spec);
+  side.exact = group_is_exact(*side.file, side.group);
+  for (const auto& name : side.file->datasets(side.group))
+    if (is_known_tensor(name)) side.tensors.push_back(name);
+  return side;
+}
+
+bool holds(const Side& s, const std::string& name) {
+  return std::find(s.tensors.begin(), s.tensors.end(), name) != s.tensors.end();
+}
+
+// Which tensors to compare (SPEC §5: matched by name; one side only is an input error, never a silent pass).
+std::vector<std::string> select_tensors(const CompareOptions& opt, const Side& cand, const Side& ref) {
+  std::vector<std::string> chosen;
+  if (!opt.tensors.empty()) {
+    for (const auto& name : opt.tensors) {
+      if (!is_known_tensor(name))
+        throw InputError(fmt::format("--tensors names '{}', which is not a tensor mhcdiff compares ({} and their "
+                                     "_f64 twins)", name, join_names(primary_tensors())));
+      for (const Side* s : {&cand, &ref})
+        if (!holds(*s, name))
+          throw InputError(fmt::format("{} is not in {} (it holds: {})", name, s->label(), join_names(s->tensors)));
+      if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) chosen.push_back(name);
+    }
+    return chosen;
+  }
+  auto primaries = [](const Side& s) {
+    std::vector<std::string> v;
+    for (const auto& t : primary_tensors())
+      if (holds(s, t)) v.push_back(t);
+    return v;
+  };
+  const std::vector<std::string> c = primaries(cand), r = primaries(ref);
+  // A computed side adapts to a file side: it can produce whatever its inputs allow.
+  const Side* fixed = !cand.spec.is_policy ? &cand : !ref.spec.is_policy ? &ref : nullptr;
+  if (fixed == nullptr) return c;
+  const Side* other = fixed == &cand ? &ref : &cand;
+  const std::vector<std::string>& fixed_set = fixed == &cand ? c : r;
+  const std::vector<std::string>& other_set = fixed == &cand ? r : c;
+  for (const auto& name : fixed_set)
+    if (std::find(other_set.begin(), other_set.end(), name) == other_set.end())
+      throw InputError(fmt::format("{} is in {} but not in {}: a tensor present on one side only is an input error, "
+                                   "not a pass (compare a subset with --tensors {})",
+                                   name, fixed->label(), other->label(),
+                                   join_names([&] {
+                                     std::vector<std::string> both;
+                                     for (const auto& t : fixed_set)
+                                       if (std::find(other_set.begin(), other_set.end(), t) != other_set.end())
+                                         both.push_back(t);
+                                     return both;
+                                   }())));
+  if (!other->spec.is_policy)
+    for (const auto& name : other_set)
+      if (std::find(fixed_set.begin(), fixed_set.end(), name) == fixed_set.end())
+        throw InputError(fmt::format("{} is in {} but not in {}: a tensor present on one side only is an input "
+                                     "error, not a pass (compare a subset with --tensors)",
+                                     name, other->label(), fixed->label()));
+  if (fixed_set.empty())
+    throw InputError(fmt::format("{} holds none of the tensors mhcdiff compares ({})", fixed->label(),
+                                 join_names(primary_tensors())));
+  return fixed_set;
+}
+
+// Per-tensor geometry: rows (tokens) and elements per row.
+struct Geometry {
+  std::vector<int64_t> dims;
+  int64_t rows = 0;
+  int64_t row_elems = 1;
+};
+
+Geometry geometry_of(const Side& s, const std::string& name, const std::optional<Shape>& shape) {
+  Geometry g;
+  if (s.file) {
+    g.dims = s.file->info(s.dataset(name)).dims;
+  } else {
+    g.dims = {shape->S};
+    for (int64_t d : token_dims(name, *shape)) g.dims.push_back(d);
+  }
+  metrics::IndexLayout layout;
+  try {
+    layout = metrics::layout_for(name, g.dims);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(fmt::format("{}: {}", s.label(), e.what()));
+  }
+  for (int64_t d : layout.trailing) g.row_elems *= d;
+  g.rows = 1;
+  for (size_t i = 0; i + layout.trailing.size() < g.dims.size(); ++i) g.rows *= g.dims[i];
+  return g;
+}
+
+std::string dims_text(const std::vector<int64_t>& d) { return fmt::format("[{}]", fmt::join(d, ",")); }
+
+// Typed storage for one slab of one tensor.
+struct SlabBuffer {
+  std::vector<bf16_bits> b;
+  std::vector<float> f;
+  std::vector<double> d;
+};
+
+const void* computed_ptr(const PolicyResult& r, const std::string& name) {
+  auto p = [](const auto& v) -> const void* { return v.empty() ? nullptr : v.data(); };
+  if (name == "out") return p(r.out);
+  if (name == "grad_x") return p(r.grad_x);
+  if (name == "grad_residual") return p(r.grad_residual);
+  if (name == "grad_post") return p(r.grad_post);
+  if (name == "grad_comb") return p(r.grad_comb);
+  if (name == "out_f64") return p(r.out_f64);
+  if (name == "grad_x_f64") return p(r.grad_x_f64);
+  if (name == "grad_residual_f64") return p(r.grad_residual_f64);
+  if (name == "grad_post_f64") return p(r.grad_post_f64);
+  if (name == "grad_comb_f64") return p(r.grad_comb_f64);
+  return nullptr;
+}
+
+const void* read_file_slab(const Side& s, const std::string& name, Format fmt, int64_t first, int64_t count,
+                           SlabBuffer& buf) {
+  const std::string ds = s.dataset(name);
+  switch (fmt) {
+    case Format::bf16: buf.b.resize(count); s.file->read_bf16(ds, first, count, buf.b.data()); return buf.b.data();
+    case Format::f32: buf.f.resize(count); s.file->read_f32(ds, first, count, buf.f.data()); return buf.f.data();
+    case Format::f64: buf.d.resize(count); s.file->read_f64(ds, first, count, buf.d.data()); return buf.d.data();
+  }
+  return nullptr;
+}
+
+// Everything measured for one tensor while streaming.
+struct TensorWork {
+  std::string name;
+  Format format;
+  Geometry geometry;
+  metrics::ComparisonAccumulator comparison;
+  std::optional<metrics::TruthAccumulator> cand_truth, ref_truth, rel_truth;
+  std::optional<metrics::CensusAccumulator> cand_census, ref_census;
+};
+
+void add_pair(metrics::ComparisonAccumulator& acc, Format f, const void* c, const void* r, int64_t n, int64_t first) {
+  switch (f) {
+    case Format::bf16: acc.add(static_cast<const bf16_bits*>(c), static_cast<const bf16_bits*>(r), n, first); break;
+    case Format::f32: acc.add(static_cast<const float*>(c), static_cast<const float*>(r), n, first); break;
+    case Format::f64: acc.add(static_cast<const double*>(c), static_cast<const double*>(r), n, first); break;
+  }
+}
+
+void add_truth(metrics::TruthAccumulator& acc, Format f, const void* y, const void* tr, const double* t64, int64_t n,
+               int64_t first) {
+  if (f == Format::bf16)
+    acc.add(static_cast<const bf16_bits*>(y), static_cast<const bf16_bits*>(tr), t64, n, first);
+  else
+    acc.add(static_cast<const float*>(y), static_cast<const float*>(tr), t64, n, first);
+}
+
+}  // namespace
+
+SideSpec parse_side(const std::string& text) {
+  SideSpec s;
+  s.text = text;
+  if (text.rfind("policy:", 0) == 0) {
+    s.is_policy = true;
+    const std::string name = text.substr(7);
+    try {
+      s.policy = find_policy(name).name;
+    } catch (const std::invalid_argument& e) {
+      throw InputError(fmt::format("{}: {}", text, e.what()));
+    }
+    return s;
+  }
+  std::error_code ec;
+  if (fs::is_regular_file(text, ec)) {
+    s.path = text;
+    return s;
+  }
+  const size_t colon = text.rfind(':');
+  if (colon != std::string::npos && colon > 0 && fs::is_regular_file(text.substr(0, colon), ec)) {
+    s.path = text.substr(0, colon);
+    s.group = text.substr(colon + 1);
+    return s;
+  }
+  std::string hint;
+  try {
+    hint = fmt::format(" (to compute the {} policy from --inputs, write policy:{})", find_policy(text).name, text);
+  } catch (const std::invalid_argument&) {
+  }
+  throw InputError(fmt::format("{}: no such file{}", colon != std::string::npos ? text.substr(0, colon) : text, hint));
+}
+
+CompareReport run_compare(const CompareOptions& opt) {
+  // ---- resolve everything before any work, so a bad request fails fast with exit 2 ----
+  std::unique_ptr<io::InputReader> reader;
+  if (!opt.inputs.empty()) reader = std::make_unique<io::InputReader>(opt.inputs, opt.read);
+  Side cand = open_side(opt.candidate, reader.get());
+  Side ref = open_side(opt.reference, reader.get());
+  const std::vector<std::string> names = select_tensors(opt, cand, ref);
+
+  std::optional<Shape> shape;
+  if (reader) shape = reader->shape();
+
+  const Policy* exact_policy = nullptr;
+  const Side* truth_side = nullptr;  // a file side that is the exact truth (when no inputs)
+  std::string truth_text;
+  if (reader) {
+    exact_policy = &find_policy("exact");
+    truth_text = "computed from " + opt.inputs + " (certified exact sums)";
+  } else if (ref.exact) {
+    truth_side = &ref;
+    truth_text = "the reference " + ref.label();
+  } else if (cand.exact) {
+    truth_side = &cand;
+    truth_text = "the candidate " + cand.label();
+  }
+  const bool census = reader != nullptr;
+  if (opt.gates.needs_census() && !census)
+    throw InputError("--min-survivor-frac needs the cancellation census, which needs the inputs and the exact truth: "
+                     "pass --inputs in.h5");
+  const Policy* relative = nullptr;
+  if (!opt.gates.relative_to.empty()) {
+    try {
+      relative = &find_policy(opt.gates.relative_to);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(fmt::format("--relative-to: {}", e.what()));
+    }
+    if (!reader)
+      throw InputError(fmt::format("--relative-to {} computes that policy and the exact truth from the inputs: pass "
+                                   "--inputs in.h5", opt.gates.relative_to));
+  }
+  bool need_backward = false;
+  for (const auto& n : names) need_backward = need_backward || is_grad(n);
+  if (need_backward && reader && !reader->has_grad() && (cand.spec.is_policy || ref.spec.is_policy || relative ||
+                                                          exact_policy))
+    throw InputError(fmt::format("the gradients need /inputs/grad_out, which {} does not hold", opt.inputs));
+
+  // Geometry and shape checks.
+  std::vector<std::unique_ptr<TensorWork>> work;
+  int64_t rows = -1;
+  int64_t widest = 1;
+  for (const auto& name : names) {
+    const Geometry gc = geometry_of(cand, name, shape), gr = geometry_of(ref, name, shape);
+    if (gc.rows != gr.rows || gc.row_elems != gr.row_elems)
+      throw InputError(fmt::format("{} has shape {} in {} but {} in {}", name, dims_text(gc.dims), cand.label(),
+                                   dims_text(gr.dims), ref.label()));
+    if (shape) {
+      const std::vector<int64_t> td = token_dims(name, *shape);
+      int64_t te = 1;
+      for (int64_t d : td) te *= d;
+      if (gc.rows != shape->S || gc.row_elems != te)
+        throw InputError(fmt::format("{} has shape {} in {}, but the inputs {} are S={}, H={}, D={}: they are not the "
+                                     "inputs it was computed from",
+                                     name, dims_text(gc.dims), (cand.file ? cand : ref).label(), opt.inputs, shape->S,
+                                     shape->H, shape->D));
+    }
+    if (rows >= 0 && gc.rows != rows)
+      throw InputError(fmt::format("{} has {} tokens but {} has {}; every tensor of a comparison covers the same "
+                                   "tokens", name, gc.rows, names.front(), rows));
+    rows = gc.rows;
+    widest = std::max(widest, gc.row_elems);
+    const Format f = format_of_tensor(name);
+    std::optional<metrics::Tolerance> tol = opt.gates.for_tensor(name).tolerance;
+    auto w = std::unique_ptr<TensorWork>(new TensorWork{name, f, cand.file ? gc : gr,
+                                                        metrics::ComparisonAccumulator(f, opt.top_k, tol), {}, {},
+                                                        {}, {}, {}});
+    const bool truth_here = (exact_policy || truth_side) && f != Format::f64;
+    if (truth_here && !(truth_side == &cand)) w->cand_truth.emplace(f);
+    if (truth_here && !(truth_side == &ref) && !(exact_policy && ref.exact && ref.spec.is_policy))
+      w->ref_truth.emplace(f);
+    if (truth_here && relative) w->rel_truth.emplace(f);
+    if (census && name == "out") {
+      w->cand_census.emplace(opt.census_threshold);
+      if (!ref.exact) w->ref_census.emplace(opt.census_threshold);
+    }
+    work.push_back(std::move(w));
+  }
+
+  // The policies to compute per slab, once each.
+  std::map<std::string, const Policy*> computed;
+  if (cand.spec.is_policy) computed[cand.policy->name] = cand.policy;
+  if (ref.spec.is_policy) computed[ref.policy->name] = ref.policy;
+  if (exact_policy) computed[exact_policy->name] = exact_policy;
+  if (relative) computed[relative->name] = relative;
+  Device device = Device::cpu;
+  if (!computed.empty()) device = resolve_device(opt.device);
+  CpuOptions cpu;
+  cpu.threads = opt.threads;
+
+  int64_t slab_rows = std::max<int64_t>(1, opt.slab_elements / widest);
+  if (reader) slab_rows = std::min(slab_rows, io::slab_tokens_for(*shape, need_backward, int64_t(64) << 20));
+  spdlog::debug("compare: {} tensors, {} tokens, {} per slab, {} computed policies", names.size(), rows, slab_rows,
+                computed.size());
+
+  // ---- one streaming pass ----
+  SlabBuffer cbuf, rbuf, tbuf, t64buf;
+  std::vector<double> magnitudes;
+  for (int64_t s0 = 0; s0 < rows; s0 += slab_rows) {
+    const int64_t n = std::min(slab_rows, rows - s0);
+    Inputs in;
+    std::map<std::string, PolicyResult> results;
+    if (reader) {
+      in = reader->read_slab(s0, n);
+      for (const auto& [pname, pol] : computed) {
+        PolicyResult& r = results[pname];
+        const bool backward = need_backward && in.has_grad();
+        allocate_result(r, in.shape, stores_f64(pol->desc), backward);
+        forward_on(device, pol->desc, in.view(), forward_outputs(r), cpu);
+        if (backward) backward_on(device, pol->desc, in.view(), backward_outputs(r), cpu);
+      }
+      if (census) {
+        magnitudes.resize(static_cast<size_t>(n * shape->H * shape->D));
+        metrics::out_term_magnitudes(in.view(), magnitudes.data());
+      }
+    }
+    for (auto& wp : work) {
+      TensorWork& w = *wp;
+      const int64_t first = s0 * w.geometry.row_elems, count = n * w.geometry.row_elems;
+      auto fetch = [&](const Side& s, SlabBuffer& buf) -> const void* {
+        if (s.spec.is_policy) return computed_ptr(results.at(s.policy->name), w.name);
+        return read_file_slab(s, w.name, w.format, first, count, buf);
+      };
+      const void* c = fetch(cand, cbuf);
+      const void* r = fetch(ref, rbuf);
+      add_pair(w.comparison, w.format, c, r, count, first);
+      if (!w.cand_truth && !w.ref_truth && !w.cand_census) continue;
+      const void* tr = nullptr;
+      const double* t64 = nullptr;
+      if (exact_policy) {
+        const PolicyResult& er = results.at(exact_policy->name);
+        tr = computed_ptr(er, w.name);
+        t64 = static_cast<const double*>(computed_ptr(er, w.name + "_f64"));
+      } else {
+        tr = truth_side == &cand ? c : r;
+        if (holds(*truth_side, w.name + "_f64"))
+          t64 = static_cast<const double*>(read_file_slab(*truth_side, w.name + "_f64", Format::f64, first, count, t64buf));
+      }
+      if (w.cand_truth) add_truth(*w.cand_truth, w.format, c, tr, t64, count, first);
+      if (w.ref_truth) add_truth(*w.ref_truth, w.format, r, tr, t64, count, first);
+      if (w.rel_truth) add_truth(*w.rel_truth, w.format, computed_ptr(results.at(relative->name), w.name), tr, t64,
+                                 count, first);
+      if (w.cand_census && t64) {
+        w.cand_census->add(static_cast<const bf16_bits*>(c), t64, magnitudes.data(), count, first);
+        if (w.ref_census) w.ref_census->add(static_cast<const bf16_bits*>(r), t64, magnitudes.data(), count, first);
+      }
+    }
+  }
+
+  // ---- the report ----
+  CompareReport rep;
+  rep.tool_version = MHCDIFF_VERSION;
+  rep.mode = opt.mode;
+  rep.candidate = cand.label();
+  rep.reference = ref.label();
+  rep.inputs = opt.inputs;
+  rep.truth = truth_text;
+  rep.census_threshold = opt.census_threshold;
+  if (truth_text.empty())
+    rep.notes.push_back("no exact truth: pass --inputs in.h5 (or compare against an exact group) for the error in "
+                        "truth ULPs, correct rounding and the cancellation census");
+  else if (!census)
+    rep.notes.push_back("no cancellation census: it needs the inputs (pass --inputs in.h5)");
+  for (auto& wp : work) {
+    TensorWork& w = *wp;
+    TensorReport t;
+    t.name = w.name;
+    t.format = w.format;
+    t.dims = w.geometry.dims;
+    t.layout = metrics::layout_for(w.name, w.geometry.dims);
+    t.stats = w.comparison.finish();
+    if (w.cand_truth) t.candidate_truth = w.cand_truth->finish();
+    if (w.ref_truth) t.reference_truth = w.ref_truth->finish();
+    if (w.cand_census) t.candidate_census = w.cand_census->finish();
+    if (w.ref_census) t.reference_census = w.ref_census->finish();
+    if (w.rel_truth) {
+      t.relative_policy = relative->name;
+      t.relative_policy_truth = w.rel_truth->finish();
+    }
+    t.gates = evaluate_gates(t, opt.gates);
+    rep.tensors.push_back(std::move(t));
+  }
+  return rep;
+}
+
+}  // namespace mhc::compare

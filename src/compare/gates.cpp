@@ -1,0 +1,154 @@
+#include "compare/gates.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "io/errors.hpp"
+#include "report/numbers.hpp"
+
+namespace mhc::compare {
+
+const char* relative_metric_name(RelativeMetric m) {
+  switch (m) {
+    case RelativeMetric::max_abs: return "max_abs";
+    case RelativeMetric::rel_l2: return "rel_l2";
+    case RelativeMetric::max_truth_ulp: return "max_truth_ulp";
+  }
+  return "?";
+}
+
+void Thresholds::overlay(const Thresholds& o) {
+  if (o.max_mismatch) max_mismatch = o.max_mismatch;
+  if (o.max_mismatch_frac) max_mismatch_frac = o.max_mismatch_frac;
+  if (o.max_ulp) max_ulp = o.max_ulp;
+  if (o.tolerance) {
+    tolerance = o.tolerance;
+    tolerance_origin = o.tolerance_origin;
+  }
+  if (o.rel_l2) rel_l2 = o.rel_l2;
+  if (o.norm_max) norm_max = o.norm_max;
+  if (o.min_survivor_frac) min_survivor_frac = o.min_survivor_frac;
+}
+
+bool Thresholds::empty() const {
+  return !max_mismatch && !max_mismatch_frac && !max_ulp && !tolerance && !rel_l2 && !norm_max && !min_survivor_frac;
+}
+
+static bool is_grad(const std::string& tensor) { return tensor.rfind("grad_", 0) == 0; }
+
+Thresholds GateConfig::for_tensor(const std::string& tensor) const {
+  Thresholds t;
+  if (is_grad(tensor)) t.overlay(grad_tensors);
+  t.overlay(every_tensor);
+  if (auto it = per_tensor.find(tensor); it != per_tensor.end()) t.overlay(it->second);
+  return t;
+}
+
+bool GateConfig::needs_census() const {
+  if (every_tensor.min_survivor_frac || grad_tensors.min_survivor_frac) return true;
+  for (const auto& [name, t] : per_tensor)
+    if (t.min_survivor_frac) return true;
+  return false;
+}
+
+GateConfig default_gates() {
+  GateConfig g;
+  g.grad_tensors.rel_l2 = Threshold{kDefaultGradRelL2, "default --grad-rel-l2"};
+  g.grad_tensors.norm_max = Threshold{kDefaultGradNormMax, "default --grad-norm-max"};
+  return g;
+}
+
+namespace {
+
+std::string at(const TensorReport& t, int64_t flat) { return flat < 0 ? "" : " at " + t.index(flat); }
+
+GateOutcome upper_gate(const std::string& gate, const Threshold& th, double measured, int64_t where,
+                       const std::string& what, const std::string& measured_text, const std::string& limit_text,
+                       const TensorReport& t) {
+  GateOutcome g{gate, th.origin, !(measured > th.value) && !std::isnan(measured), measured, th.value, where, ""};
+  g.summary = g.passed ? fmt::format("{} {} ≤ {} allowed", what, measured_text, limit_text)
+                       : fmt::format("{} {} > {} allowed{}", what, measured_text, limit_text, at(t, where));
+  return g;
+}
+
+double truth_error(const metrics::TruthStats& s, RelativeMetric m, int64_t* where) {
+  switch (m) {
+    case RelativeMetric::max_abs:
+      *where = s.max_abs_error.index;
+      return s.nonfinite_disagreements ? INFINITY : (s.max_abs_error.index < 0 ? 0.0 : s.max_abs_error.value);
+    case RelativeMetric::rel_l2: *where = -1; return s.rel_l2;
+    case RelativeMetric::max_truth_ulp:
+      *where = s.max_error_ulp.index;
+      return s.max_error_ulp.index < 0 ? 0.0 : s.max_error_ulp.value;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+std::vector<GateOutcome> evaluate_gates(const TensorReport& t, const GateConfig& config) {
+  using report::count;
+  using report::metric;
+  const Thresholds th = config.for_tensor(t.name);
+  const metrics::ComparisonStats& s = t.stats;
+  std::vector<GateOutcome> out;
+  if (th.max_mismatch)
+    out.push_back(upper_gate("max-mismatch", *th.max_mismatch, static_cast<double>(s.mismatched), s.max_ulp_index,
+                             "mismatched elements", count(s.mismatched) + " / " + count(s.elements),
+                             count(static_cast<int64_t>(th.max_mismatch->value)), t));
+  if (th.max_mismatch_frac)
+    out.push_back(upper_gate("max-mismatch-frac", *th.max_mismatch_frac, s.mismatch_fraction(), s.max_ulp_index,
+                             "mismatched fraction", metric(s.mismatch_fraction()), metric(th.max_mismatch_frac->value),
+                             t));
+  if (th.max_ulp) {
+    const double measured = s.max_ulp == metrics::kInfiniteUlp ? INFINITY : static_cast<double>(s.max_ulp);
+    std::string text = report::ulp(s.max_ulp) + (s.max_ulp == metrics::kInfiniteUlp ? " (a NaN/inf mismatch)" : "");
+    out.push_back(upper_gate("max-ulp", *th.max_ulp, measured, s.max_ulp_index, "max ULP", text,
+                             fmt::format("{}", th.max_ulp->value), t));
+  }
+  if (th.tolerance) {
+    Threshold zero{0.0, th.tolerance_origin};
+    GateOutcome g = upper_gate("allclose", zero, static_cast<double>(s.tolerance_violations), s.first_violation_index,
+                               "", "", "", t);
+    const std::string rule = fmt::format("|C−R| ≤ {} + {}·|R|", metric(th.tolerance->atol), metric(th.tolerance->rtol));
+    g.summary = g.passed ? fmt::format("every element within {}", rule)
+                         : fmt::format("{} elements outside {}, the first{}", count(s.tolerance_violations), rule,
+                                       at(t, s.first_violation_index));
+    out.push_back(g);
+  }
+  if (th.rel_l2)
+    out.push_back(upper_gate("rel-l2", *th.rel_l2, s.rel_l2, -1, "rel_l2 ‖C−R‖/‖R‖", metric(s.rel_l2),
+                             metric(th.rel_l2->value), t));
+  if (th.norm_max)
+    out.push_back(upper_gate("norm-max", *th.norm_max, s.normalized_max, s.max_abs.index, "max|C−R|/max|R|",
+                             metric(s.normalized_max), metric(th.norm_max->value), t));
+  if (th.min_survivor_frac && t.candidate_census) {
+    const metrics::CensusStats& c = *t.candidate_census;
+    const double frac = c.survivor_fraction();
+    int64_t where = c.first_flushed >= 0 ? c.first_flushed
+                    : c.first_sign_flipped >= 0 ? c.first_sign_flipped
+                                                : c.first_distorted;
+    GateOutcome g{"min-survivor-frac", th.min_survivor_frac->origin, !(frac < th.min_survivor_frac->value), frac,
+                  th.min_survivor_frac->value, where, ""};
+    g.summary = fmt::format("{} of {} cancellation cases (κ ≥ {}) survived = {} {} {} required{}", count(c.survived),
+                            count(c.cases), metric(c.threshold), metric(frac), g.passed ? "≥" : "<",
+                            metric(th.min_survivor_frac->value), g.passed ? "" : "; first lost case" + at(t, where));
+    out.push_back(g);
+  }
+  if (!config.relative_to.empty() && t.candidate_truth && t.relative_policy_truth) {
+    int64_t where_c = -1, where_p = -1;
+    const double ce = truth_error(*t.candidate_truth, config.relative_metric, &where_c);
+    const double pe = truth_error(*t.relative_policy_truth, config.relative_metric, &where_p);
+    const double limit = config.relative_factor * pe;
+    GateOutcome g{"relative-to", "--relative-to " + config.relative_to, !(ce > limit) && !std::isnan(ce), ce, limit,
+                  where_c, ""};
+    g.summary = fmt::format("candidate's {} vs exact {} {} {} × {}'s {}{}", relative_metric_name(config.relative_metric),
+                            metric(ce), g.passed ? "≤" : ">", metric(config.relative_factor), config.relative_to,
+                            metric(pe), g.passed ? "" : at(t, where_c));
+    out.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace mhc::compare

@@ -1,0 +1,64 @@
+#pragma once
+// The CI gates of SPEC §5, all optional. A gate is a threshold on one metric of one tensor; a tensor's
+// thresholds come from (most specific first) per-tensor values (golden files), the grad_* defaults, and the
+// options that apply to every tensor. docs/metrics.md lists them with their defaults.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "compare/report_model.hpp"
+
+namespace mhc::compare {
+
+// SPEC §5 defaults for the gradient tensors (grad_*): normwise, because the sums over D of different
+// implementations legitimately differ in the last bits of many elements.
+inline constexpr double kDefaultGradRelL2 = 5e-3;
+inline constexpr double kDefaultGradNormMax = 1e-2;
+
+// Which error the relative gate compares: FlashAttention's idiom max|C − truth| ≤ k · max|P − truth| (max_abs),
+// or the normwise ‖C − truth‖/‖truth‖ (rel_l2), or the largest error in units of the truth's ULP.
+enum class RelativeMetric { max_abs, rel_l2, max_truth_ulp };
+const char* relative_metric_name(RelativeMetric m);
+
+struct Threshold {
+  double value = 0.0;
+  std::string origin;  // "--max-ulp", "default", "golden.h5"
+};
+
+struct Thresholds {
+  std::optional<Threshold> max_mismatch;
+  std::optional<Threshold> max_mismatch_frac;
+  std::optional<Threshold> max_ulp;
+  std::optional<metrics::Tolerance> tolerance;  // --rtol/--atol
+  std::string tolerance_origin;
+  std::optional<Threshold> rel_l2;
+  std::optional<Threshold> norm_max;
+  std::optional<Threshold> min_survivor_frac;
+
+  // Fields set in `over` replace those here.
+  void overlay(const Thresholds& over);
+  bool empty() const;
+};
+
+struct GateConfig {
+  Thresholds every_tensor;                       // --max-mismatch, --max-ulp, --rtol/--atol, ...
+  Thresholds grad_tensors;                       // --grad-rel-l2 / --grad-norm-max (defaults above)
+  std::map<std::string, Thresholds> per_tensor;  // golden tolerances
+  std::string relative_to;                       // --relative-to POLICY ("" none)
+  double relative_factor = 1.0;                  // --factor k
+  RelativeMetric relative_metric = RelativeMetric::max_abs;
+
+  // The thresholds that apply to `tensor`.
+  Thresholds for_tensor(const std::string& tensor) const;
+  bool needs_census() const;
+};
+
+// The defaults of SPEC §5: no gate on out; rel-l2 5e-3 and norm-max 1e-2 on grad_*.
+GateConfig default_gates();
+
+// Evaluates every gate that applies to the tensor (needs its stats, and for min-survivor-frac / relative-to its
+// truth metrics; a gate whose metric is missing is an InputError, raised before any work by the engine).
+std::vector<GateOutcome> evaluate_gates(const TensorReport& tensor, const GateConfig& config);
+
+}  // namespace mhc::compare

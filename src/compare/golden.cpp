@@ -1,0 +1,234 @@
+#include "compare/golden.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "kernels/cpu/operator_cpu.hpp"
+#include "kernels/dispatch.hpp"
+#include "metrics/comparison.hpp"
+
+namespace mhc::compare {
+
+namespace {
+
+struct Spread {
+  std::string tensor;
+  GoldenTolerance tol;
+};
+
+// The primary tensors of a result, with their element format.
+std::vector<std::string> result_tensors(bool backward) {
+  std::vector<std::string> v = {"out"};
+  if (backward) v.insert(v.end(), {"grad_x", "grad_residual", "grad_post", "grad_comb"});
+  return v;
+}
+
+void accumulate(metrics::ComparisonAccumulator& acc, const std::string& name, const PolicyResult& c,
+                const PolicyResult& r, int64_t first) {
+  if (name == "out") acc.add(c.out.data(), r.out.data(), int64_t(c.out.size()), first);
+  else if (name == "grad_x") acc.add(c.grad_x.data(), r.grad_x.data(), int64_t(c.grad_x.size()), first);
+  else if (name == "grad_residual")
+    acc.add(c.grad_residual.data(), r.grad_residual.data(), int64_t(c.grad_residual.size()), first);
+  else if (name == "grad_post") acc.add(c.grad_post.data(), r.grad_post.data(), int64_t(c.grad_post.size()), first);
+  else acc.add(c.grad_comb.data(), r.grad_comb.data(), int64_t(c.grad_comb.size()), first);
+}
+
+int64_t elements_per_token(const std::string& name, const Shape& sh) {
+  if (name == "grad_x") return sh.D;
+  if (name == "grad_post") return sh.H;
+  if (name == "grad_comb") return int64_t(sh.H) * sh.H;
+  return int64_t(sh.H) * sh.D;
+}
+
+metrics::Format format_of_result(const std::string& name) {
+  return name == "grad_post" || name == "grad_comb" ? metrics::Format::f32 : metrics::Format::bf16;
+}
+
+void widen(GoldenTolerance& t, const metrics::ComparisonStats& s, const std::string& who) {
+  const double ulp = s.max_ulp == metrics::kInfiniteUlp ? INFINITY : double(s.max_ulp);
+  if (ulp > t.max_ulp) {
+    t.max_ulp = ulp;
+    t.worst_policy = who;
+  }
+  t.max_mismatch_frac = std::max(t.max_mismatch_frac, s.mismatch_fraction());
+  t.rel_l2 = std::max(t.rel_l2, s.rel_l2);
+  t.norm_max = std::max(t.norm_max, s.normalized_max);
+}
+
+std::string attr_name(const std::string& tensor, const std::string& field) {
+  return "golden_tolerance." + tensor + "." + field;
+}
+
+// Tolerances are stored as text in their shortest round-trip spelling, so the value read back is bit for bit
+// the value measured (a printf-style "%g" would round it, and the policy that set it could then fail).
+std::string exact_text(double v) { return std::isinf(v) ? "inf" : fmt::format("{}", v); }
+
+}  // namespace
+
+GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(opt.output, ec) && !opt.force)
+    throw InputError(fmt::format("{} already exists; regenerating it would replace the baseline CI checks against. "
+                                 "Pass --force to overwrite it", opt.output));
+  if (opt.repeat < 1) throw InputError(fmt::format("--repeat must be at least 1 (got {})", opt.repeat));
+  std::vector<Policy> policies;
+  try {
+    policies = parse_policy_list(opt.policies);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(fmt::format("--policies: {}", e.what()));
+  }
+  if (policies.empty()) throw InputError("--policies names no policy");
+
+  io::InputReader reader(opt.input, opt.read);
+  const Shape shape = reader.shape();
+  const bool backward = reader.has_grad();
+  const Device device = resolve_device(opt.device);
+  CpuOptions cpu;
+  cpu.threads = opt.threads;
+  const std::string checksum = reader.checksum();
+
+  io::ResultWriter writer(opt.output, opt.input);
+  writer.set_batch_dims(reader.batch_dims());
+  writer.declare_inputs(shape, backward);
+  for (const auto& p : policies)
+    writer.declare_policy(p, shape, backward, io::make_provenance(p, device_name(device), checksum));
+
+  const std::vector<std::string> tensors = result_tensors(backward);
+  // spreads[policy index][tensor]: policy i (i ≥ 1) against the reference, and every repeat against its run 0.
+  std::vector<std::vector<metrics::ComparisonAccumulator>> vs_reference(policies.size()), vs_first_run(policies.size());
+  for (size_t i = 0; i < policies.size(); ++i)
+    for (const auto& t : tensors) {
+      vs_reference[i].emplace_back(format_of_result(t), 0);
+      vs_first_run[i].emplace_back(format_of_result(t), 0);
+    }
+
+  const int64_t step = io::slab_tokens_for(shape, backward, int64_t(64) << 20);
+  for (int64_t s0 = 0; s0 < shape.S; s0 += step) {
+    const int64_t n = std::min(step, shape.S - s0);
+    const Inputs in = reader.read_slab(s0, n);
+    writer.append_inputs(s0, in);
+    std::vector<PolicyResult> results(policies.size());
+    for (size_t i = 0; i < policies.size(); ++i) {
+      const PolicyDesc& pd = policies[i].desc;
+      for (int rep = 0; rep < opt.repeat; ++rep) {
+        PolicyResult r;
+        allocate_result(r, in.shape, stores_f64(pd), backward);
+        forward_on(device, pd, in.view(), forward_outputs(r), cpu);
+        if (backward) backward_on(device, pd, in.view(), backward_outputs(r), cpu);
+        if (rep == 0) {
+          results[i] = std::move(r);
+        } else {
+          for (size_t k = 0; k < tensors.size(); ++k)
+            accumulate(vs_first_run[i][k], tensors[k], r, results[i], s0 * elements_per_token(tensors[k], shape));
+        }
+      }
+      writer.append_result(policies[i].name, s0, results[i]);
+      for (size_t k = 0; k < tensors.size(); ++k)
+        if (i > 0)
+          accumulate(vs_reference[i][k], tensors[k], results[i], results[0], s0 * elements_per_token(tensors[k], shape));
+    }
+  }
+
+  GoldenRegenSummary sum;
+  sum.reference = policies[0].name;
+  sum.shape = shape;
+  sum.backward = backward;
+  for (const auto& p : policies) sum.policies.push_back(p.name);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    GoldenTolerance tol;
+    tol.tensor = tensors[k];
+    for (size_t i = 0; i < policies.size(); ++i) {
+      const metrics::ComparisonStats rs = vs_first_run[i][k].finish();
+      sum.repeat_mismatches += rs.mismatched;
+      widen(tol, rs, policies[i].name + " (repeat)");
+      if (i > 0) widen(tol, vs_reference[i][k].finish(), policies[i].name);
+    }
+    sum.tolerances.push_back(tol);
+  }
+
+  writer.set_attribute("/", "golden_format", kGoldenFormat);
+  writer.set_attribute("/", "golden_reference", sum.reference);
+  writer.set_attribute("/", "golden_policies", fmt::format("{}", fmt::join(sum.policies, ",")));
+  writer.set_attribute("/", "golden_repeat", std::to_string(opt.repeat));
+  for (const auto& t : sum.tolerances) {
+    writer.set_attribute("/", attr_name(t.tensor, "max_ulp"), exact_text(t.max_ulp));
+    writer.set_attribute("/", attr_name(t.tensor, "max_mismatch_frac"), exact_text(t.max_mismatch_frac));
+    writer.set_attribute("/", attr_name(t.tensor, "rel_l2"), exact_text(t.rel_l2));
+    writer.set_attribute("/", attr_name(t.tensor, "norm_max"), exact_text(t.norm_max));
+    writer.set_attribute("/", attr_name(t.tensor, "set_by"), t.worst_policy.empty() ? "bit-identical" : t.worst_policy);
+  }
+  writer.commit();
+  return sum;
+}
+
+GoldenSpec read_golden(const std::string& path) {
+  io::TensorFile f(path);
+  std::map<std::string, std::string> attrs;
+  for (const auto& [k, v] : f.attributes("/")) attrs[k] = v;
+  if (attrs["golden_format"] != kGoldenFormat)
+    throw InputError(fmt::format("{} is not a golden file (no golden_format = \"{}\" attribute); make one with "
+                                 "`mhcdiff golden regen`", path, kGoldenFormat));
+  GoldenSpec spec;
+  spec.reference = attrs["golden_reference"];
+  for (const auto& tensor : primary_tensors()) {
+    const std::string key = attr_name(tensor, "max_ulp");
+    if (!attrs.count(key)) continue;
+    GoldenTolerance t;
+    t.tensor = tensor;
+    auto num = [&](const std::string& field) {
+      const std::string& text = attrs[attr_name(tensor, field)];
+      try {
+        return text == "inf" ? INFINITY : std::stod(text);
+      } catch (const std::exception&) {
+        throw InputError(fmt::format("{}: attribute {} is '{}', not a number", path, attr_name(tensor, field), text));
+      }
+    };
+    t.max_ulp = num("max_ulp");
+    t.max_mismatch_frac = num("max_mismatch_frac");
+    t.rel_l2 = num("rel_l2");
+    t.norm_max = num("norm_max");
+    t.worst_policy = attrs[attr_name(tensor, "set_by")];
+    spec.tolerances.push_back(t);
+  }
+  if (spec.reference.empty() || spec.tolerances.empty())
+    throw InputError(fmt::format("{} has no golden_reference or no golden_tolerance.* attributes", path));
+  return spec;
+}
+
+CompareReport golden_check(const std::string& candidate, const std::string& golden, CompareOptions opt) {
+  const GoldenSpec spec = read_golden(golden);
+  opt.candidate = candidate;
+  opt.reference = golden + ":/results/" + spec.reference;
+  opt.mode = "golden check";
+  // The golden file carries its own inputs: a policy: candidate, the census and --relative-to use them.
+  if (opt.inputs.empty() && (candidate.rfind("policy:", 0) == 0 || !opt.gates.relative_to.empty() ||
+                             opt.gates.needs_census()))
+    opt.inputs = golden;
+  const std::string origin = "golden " + golden;
+  std::vector<std::string> checked;
+  for (const auto& t : spec.tolerances) {
+    Thresholds th;
+    th.max_ulp = Threshold{t.max_ulp, origin};
+    th.max_mismatch_frac = Threshold{t.max_mismatch_frac, origin};
+    th.rel_l2 = Threshold{t.rel_l2, origin};
+    th.norm_max = Threshold{t.norm_max, origin};
+    // Options given on the command line for every tensor still win over the stored values.
+    th.overlay(opt.gates.every_tensor);
+    opt.gates.per_tensor[t.tensor] = th;
+    checked.push_back(t.tensor);
+  }
+  if (opt.tensors.empty()) {
+    // Compare exactly the tensors the golden file holds tolerances for; a candidate lacking one is an error.
+    opt.tensors = checked;
+  }
+  return run_compare(opt);
+}
+
+}  // namespace mhc::compare

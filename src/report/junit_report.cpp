@@ -1,0 +1,71 @@
+// JUnit XML for CI dashboards (Jenkins, GitLab, GitHub test reporters): one <testcase> per tensor × gate,
+// classname "mhcdiff.<mode>.<tensor>", a <failure> carrying the gate's one-line summary. A tensor without gates
+// still appears, as one passing "report" case, so the dashboard shows it was compared.
+#include <fmt/format.h>
+
+#include "report/report.hpp"
+
+namespace mhc::report {
+
+using compare::CompareReport;
+
+namespace {
+
+// XML 1.0 text and attribute escaping; control characters other than tab/newline are not allowed in XML 1.0
+// at all, so they become spaces.
+std::string xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += (u < 0x20 && c != '\t' && c != '\n') ? ' ' : c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_junit(const CompareReport& r) {
+  int tests = 0;
+  for (const auto& t : r.tensors) tests += t.gates.empty() ? 1 : static_cast<int>(t.gates.size());
+  const std::string suite = r.mode == "compare" ? "mhcdiff.compare" : "mhcdiff.golden";
+  std::string o = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o += fmt::format("<testsuites name=\"mhcdiff\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", tests, r.gates_failed());
+  o += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\">\n", suite, tests,
+                   r.gates_failed());
+  o += "    <properties>\n";
+  o += fmt::format("      <property name=\"candidate\" value=\"{}\"/>\n", xml(r.candidate));
+  o += fmt::format("      <property name=\"reference\" value=\"{}\"/>\n", xml(r.reference));
+  if (!r.inputs.empty()) o += fmt::format("      <property name=\"inputs\" value=\"{}\"/>\n", xml(r.inputs));
+  o += fmt::format("      <property name=\"verdict\" value=\"{}\"/>\n", xml(verdict_line(r)));
+  o += "    </properties>\n";
+  for (const auto& t : r.tensors) {
+    const std::string cls = xml(suite + "." + t.name);
+    const std::string overview = fmt::format("{}: {} of {} elements mismatched, max ULP {}", t.name, t.stats.mismatched,
+                                             t.stats.elements,
+                                             t.stats.max_ulp == metrics::kInfiniteUlp ? std::string("inf")
+                                                                                       : std::to_string(t.stats.max_ulp));
+    if (t.gates.empty()) {
+      o += fmt::format("    <testcase classname=\"{}\" name=\"report\"><system-out>{}</system-out></testcase>\n", cls,
+                       xml(overview + " (no gate applies)"));
+      continue;
+    }
+    for (const auto& g : t.gates) {
+      o += fmt::format("    <testcase classname=\"{}\" name=\"{}\">", cls, xml(g.gate));
+      if (!g.passed)
+        o += fmt::format("\n      <failure type=\"gate\" message=\"{}\">{}\n{}</failure>\n    ", xml(g.summary),
+                         xml(t.name + " " + g.gate + ": " + g.summary + " [" + g.origin + "]"), xml(overview));
+      o += "</testcase>\n";
+    }
+  }
+  o += "  </testsuite>\n</testsuites>\n";
+  return o;
+}
+
+}  // namespace mhc::report
