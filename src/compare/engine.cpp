@@ -366,19 +366,20 @@ CompareReport run_compare(const CompareOptions& opt) {
   int64_t widest = 1;
   for (const auto& name : names) {
     const Geometry gc = geometry_of(cand, name, shape), gr = geometry_of(ref, name, shape);
-    if (gc.rows != gr.rows || gc.row_elems != gr.row_elems)
-      throw InputError(fmt::format("{} has shape {} in {} but {} in {}", name, dims_text(gc.dims), cand.label(),
-                                   dims_text(gr.dims), ref.label()));
     if (shape) {
       const std::vector<int64_t> td = token_dims(name, *shape);
       int64_t te = 1;
       for (int64_t d : td) te *= d;
-      if (gc.rows != shape->S || gc.row_elems != te)
+      const Geometry& gf = cand.file ? gc : gr;
+      if (gf.rows != shape->S || gf.row_elems != te)
         throw InputError(fmt::format("{} has shape {} in {}, but the inputs {} are S={}, H={}, D={}: they are not the "
                                      "inputs it was computed from",
-                                     name, dims_text(gc.dims), (cand.file ? cand : ref).label(), opt.inputs, shape->S,
+                                     name, dims_text(gf.dims), (cand.file ? cand : ref).label(), opt.inputs, shape->S,
                                      shape->H, shape->D));
     }
+    if (gc.rows != gr.rows || gc.row_elems != gr.row_elems)
+      throw InputError(fmt::format("{} has shape {} in {} but {} in {}", name, dims_text(gc.dims), cand.label(),
+                                   dims_text(gr.dims), ref.label()));
     if (rows >= 0 && gc.rows != rows)
       throw InputError(fmt::format("{} has {} tokens but {} has {}; every tensor of a comparison covers the same "
                                    "tokens", name, gc.rows, names.front(), rows));

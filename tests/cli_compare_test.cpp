@@ -1,0 +1,244 @@
+// `mhcdiff compare` and `mhcdiff golden` end to end through the built CLI (MHCDIFF_BINARY): exit codes 0/1/2
+// exactly as SPEC §4, the text's verdict agreeing with the exit code, nothing on stdout and nothing written
+// for an input error, counts agreeing with an independent numpy computation (tests/refs/compare_reference.py),
+// JSON reports validating against docs/report-schema.json, golden regen atomic and refusing to clobber.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class CliCompare : public ::testing::Test {
+ protected:
+  static fs::path dir;
+
+  static CliRun sh(const std::string& cmd) {
+    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+    const std::string full = "cd " + dir.string() + " && " + cmd + " > " + out.string() + " 2> " + err.string();
+    const int status = std::system(full.c_str());
+    CliRun r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  static CliRun mhcdiff(const std::string& args) { return sh(std::string(MHCDIFF_BINARY) + " " + args); }
+
+  static void SetUpTestSuite() {
+    dir = fs::temp_directory_path() / ("mhcdiff_cli_compare_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    // Small inputs built to cancel (SPEC §7), with gradients; results of every policy; a forward-only copy;
+    // inputs of another shape.
+    ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 8,4,96 --seed 3 --grad -o in.h5").rc, 0);
+    ASSERT_EQ(mhcdiff("run in.h5 -o res.h5 --policies all --backward --device cpu").rc, 0);
+    ASSERT_EQ(mhcdiff("run in.h5 -o fwd.h5 --policies exact,hf --device cpu").rc, 0);
+    ASSERT_EQ(mhcdiff("gen --preset randn --shape 4,4,96 --seed 3 --grad -o other.h5").rc, 0);
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  // SPEC §4: the verdict line never contradicts the exit code.
+  static void expect_verdict_matches(const CliRun& r) {
+    ASSERT_TRUE(r.rc == 0 || r.rc == 1) << r.err;
+    const std::string first = r.out.substr(0, r.out.find('\n'));
+    EXPECT_NE(first.find(r.rc == 0 ? "PASS" : "FAIL"), std::string::npos) << first;
+    EXPECT_NE(first.find(r.rc == 0 ? "(exit 0)" : "(exit 1)"), std::string::npos) << first;
+  }
+
+  // An input error: exit 2, nothing on stdout, one message on stderr containing `needle`.
+  static void expect_input_error(const std::string& args, const std::string& needle) {
+    const CliRun r = mhcdiff(args);
+    EXPECT_EQ(r.rc, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\nstderr: " << r.err;
+  }
+};
+fs::path CliCompare::dir;
+
+TEST_F(CliCompare, IdenticalResultsPassWithExitZero) {
+  const CliRun r = mhcdiff("compare res.h5:fp32-seeded res.h5:/results/fp32-seeded --max-ulp 0 --max-mismatch 0");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  expect_verdict_matches(r);
+  EXPECT_NE(r.out.find("Bitwise identical: 0 / 3,072 elements differ"), std::string::npos) << r.out;
+}
+
+TEST_F(CliCompare, NoGateMeansPassAndSaysSo) {
+  const CliRun r = mhcdiff("compare fwd.h5:hf fwd.h5:exact");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
+}
+
+TEST_F(CliCompare, AFailedGateExitsOneAndNamesGateAmountAndPlace) {
+  const CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --max-ulp 1");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  expect_verdict_matches(r);
+  EXPECT_NE(r.out.find("FAIL out max-ulp: max ULP "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("> 1 allowed at ("), std::string::npos) << r.out;
+}
+
+TEST_F(CliCompare, DefaultGradientGatesApplyAndCanBeSwitchedOff) {
+  // grad_* carry rel-l2 and norm-max by default; with both off and no other gate nothing can fail.
+  CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --format json");
+  EXPECT_NE(r.out.find("\"origin\": \"--grad-rel-l2 (default)\""), std::string::npos) << r.out;
+  r = mhcdiff("compare res.h5:hf res.h5:exact --grad-rel-l2 off --grad-norm-max off");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
+}
+
+TEST_F(CliCompare, TruthAndCensusComeFromInputs) {
+  const CliRun r = mhcdiff("compare res.h5:hf policy:exact --inputs in.h5 --min-survivor-frac 1");
+  expect_verdict_matches(r);
+  EXPECT_NE(r.out.find("truth      computed from in.h5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Cancellation census (κ ≥ 256)"), std::string::npos) << r.out;
+  // The exact group of the results file is itself correctly rounded everywhere.
+  const CliRun e = mhcdiff("compare res.h5:exact policy:exact --inputs in.h5 --max-mismatch 0");
+  EXPECT_EQ(e.rc, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("vs exact, candidate: 0 not correctly rounded"), std::string::npos) << e.out;
+}
+
+TEST_F(CliCompare, RelativeGateRanksPoliciesAgainstTheTruth) {
+  // fp32-seeded rounds once at the end; hf-bf16 rounds every product: seeded is within 1× of hf's error, not
+  // the other way round.
+  CliRun r = mhcdiff("compare res.h5:fp32-seeded policy:exact --inputs in.h5 --relative-to hf --factor 1 "
+                  "--grad-rel-l2 off --grad-norm-max off");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  r = mhcdiff("compare res.h5:hf policy:exact --inputs in.h5 --relative-to fp32-seeded --factor 1 "
+              "--grad-rel-l2 off --grad-norm-max off");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAIL out relative-to"), std::string::npos) << r.out;
+}
+
+TEST_F(CliCompare, EachBadInputIsExitTwoWithOneMessage) {
+  expect_input_error("compare missing.h5 res.h5:exact", "missing.h5: no such file");
+  expect_input_error("compare exact res.h5:exact", "write policy:exact");
+  expect_input_error("compare res.h5:nosuch res.h5:exact", "has no results group 'nosuch'");
+  expect_input_error("compare res.h5 res.h5:exact", "holds 6 results groups");
+  expect_input_error("compare policy:nosuch res.h5:exact --inputs in.h5", "policy:nosuch");
+  expect_input_error("compare policy:hf res.h5:exact", "pass --inputs");
+  expect_input_error("compare fwd.h5:exact res.h5:exact", "grad_x is in res.h5:/results/exact but not in "
+                                                          "fwd.h5:/results/exact");
+  expect_input_error("compare res.h5:exact fwd.h5:exact", "present on one side only is an input error");
+  expect_input_error("compare res.h5:hf res.h5:exact --tensors out,weights", "'weights'");
+  expect_input_error("compare fwd.h5:hf fwd.h5:exact --tensors grad_x", "grad_x is not in fwd.h5:/results/hf-bf16");
+  expect_input_error("compare res.h5:hf res.h5:exact --min-survivor-frac 0.5", "pass --inputs");
+  expect_input_error("compare res.h5:hf res.h5:exact --relative-to fp32-seeded", "pass --inputs");
+  expect_input_error("compare res.h5:hf policy:exact --inputs other.h5", "not the inputs it was computed from");
+  expect_input_error("compare res.h5:hf res.h5:exact --rtol 1e-3", "--atol");
+  expect_input_error("compare res.h5:hf res.h5:exact --format yaml", "--format");
+  expect_input_error("compare res.h5:hf res.h5:exact --grad-rel-l2 lots", "--grad-rel-l2 lots");
+  expect_input_error("compare res.h5:hf res.h5:exact --max-mismatch-frac 2", "not a fraction");
+  expect_input_error("compare in.h5 res.h5:exact", "in.h5 holds no /results group");
+  expect_input_error("compare res.h5:hf res.h5:exact --report no/such/dir/r.json", "cannot write the report");
+  EXPECT_FALSE(fs::exists(dir / "no"));
+}
+
+// Counts against an independent computation (h5py + numpy, tests/refs/compare_reference.py).
+TEST_F(CliCompare, CountsAgreeWithAnIndependentNumpyComputation) {
+  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with h5py and numpy is not available";
+  const CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --max-ulp 0 --format json --report hf.json");
+  ASSERT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.out.rfind("mhcdiff compare: FAIL", 0), 0u) << "with --report, the text summary goes to stdout";
+  const std::string ref = std::string(MHCDIFF_SOURCE_DIR) + "/tests/refs/compare_reference.py";
+  for (const char* t : {"out", "grad_x", "grad_residual", "grad_post", "grad_comb"}) {
+    const CliRun c = sh("/usr/bin/python3 " + ref + " res.h5 /results/hf-bf16/" + t + " res.h5 /results/exact/" + t +
+                     " hf.json " + t);
+    EXPECT_EQ(c.rc, 0) << c.out << c.err;
+  }
+  const std::string schema = std::string(MHCDIFF_SOURCE_DIR) + "/docs/report-schema.json";
+  const std::string checker = std::string(MHCDIFF_SOURCE_DIR) + "/tests/refs/json_schema_check.py";
+  const CliRun v = sh("/usr/bin/python3 " + checker + " " + schema + " hf.json");
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+}
+
+// ±0, NaN payloads, subnormals, max-finite vs inf, 1-ULP steps, written as a PyTorch-style uint16 dump.
+TEST_F(CliCompare, SpecialValuesInAFileAgreeWithTheIndependentComputation) {
+  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with h5py and numpy is not available";
+  const CliRun mk = sh(
+      "/usr/bin/python3 -c \"import h5py, numpy as np\n"
+      "f = h5py.File('special.h5', 'w'); f.attrs['format'] = 'mhcdiff/1'; f.attrs['comb_layout'] = 'src,dst'\n"
+      "c = [0x3f80, 0x0000, 0x7fc0, 0x3f80, 0x0001, 0x7f7f, 0x3f82, 0x8001]\n"
+      "r = [0x3f80, 0x8000, 0xffc1, 0x3f81, 0x8001, 0x7f80, 0x3f80, 0x0001]\n"
+      "for n, a in (('a', c), ('b', r)):\n"
+      "    d = f.create_dataset('results/' + n + '/out', data=np.array(a, dtype=np.uint16).reshape(1, 2, 4))\n"
+      "    d.attrs['dtype'] = 'bfloat16'\n"
+      "f.close()\"");
+  ASSERT_EQ(mk.rc, 0) << mk.err;
+  const CliRun r = mhcdiff("compare special.h5:/results/a special.h5:/results/b --max-ulp 2 --format json --report sp.json");
+  EXPECT_EQ(r.rc, 1) << r.err;  // the max-finite vs inf pair is infinitely many ULP apart
+  EXPECT_NE(r.out.find("Mismatched elements: 6 / 8 (75%), of which +0/-0: 1, NaN/Inf vs other: 1"), std::string::npos)
+      << r.out;
+  const std::string ref = std::string(MHCDIFF_SOURCE_DIR) + "/tests/refs/compare_reference.py";
+  const CliRun c = sh("/usr/bin/python3 " + ref + " special.h5 /results/a/out special.h5 /results/b/out sp.json out");
+  EXPECT_EQ(c.rc, 0) << c.out << c.err;
+}
+
+TEST_F(CliCompare, ReportFormatsGoToStdoutOrToTheReportFile) {
+  CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --max-ulp 1 --format junit");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out.rfind("<?xml", 0), 0u) << r.out;
+  r = mhcdiff("compare res.h5:hf res.h5:exact --max-ulp 1 --format markdown --report pr.md");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out.rfind("mhcdiff compare: FAIL", 0), 0u) << r.out;
+  EXPECT_EQ(slurp(dir / "pr.md").rfind("### mhcdiff compare: ❌ FAIL", 0), 0u);
+}
+
+TEST_F(CliCompare, GoldenRegenIsAtomicRefusesToClobberAndCheckGates) {
+  CliRun r = mhcdiff("golden regen in.h5 -o golden.h5 --repeat 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("repeated runs: 0 elements differed"), std::string::npos) << r.out;
+  const std::string before = slurp(dir / "golden.h5");
+  r = mhcdiff("golden regen in.h5 -o golden.h5 --policies hf");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(dir / "golden.h5"), before) << "an existing golden file was modified without --force";
+  // A failed regen (unknown policy, missing directory) leaves nothing behind.
+  EXPECT_EQ(mhcdiff("golden regen in.h5 -o g2.h5 --policies exact,nosuch").rc, 2);
+  EXPECT_EQ(mhcdiff("golden regen in.h5 -o no/such/dir/g.h5").rc, 2);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find("g2.h5"), std::string::npos) << e.path();
+
+  // Accepted policies pass their own golden bit for bit; the HF rounding fails it.
+  for (const char* ok : {"res.h5:fp32-seeded", "res.h5:fp32-seeded-fma", "res.h5:fp32-mixfirst", "policy:fp64"}) {
+    const CliRun c = mhcdiff(std::string("golden check ") + ok + " --golden golden.h5");
+    EXPECT_EQ(c.rc, 0) << ok << "\n" << c.out << c.err;
+    expect_verdict_matches(c);
+  }
+  const CliRun bad = mhcdiff("golden check res.h5:hf --golden golden.h5 --format json --report golden.json");
+  EXPECT_EQ(bad.rc, 1) << bad.out << bad.err;
+  expect_verdict_matches(bad);
+  EXPECT_NE(slurp(dir / "golden.json").find("\"mode\": \"golden check\""), std::string::npos);
+  expect_input_error("golden check res.h5:hf --golden res.h5", "is not a golden file");
+
+  r = mhcdiff("golden regen in.h5 -o golden.h5 --policies fp32-seeded --force");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(slurp(dir / "golden.h5"), before);
+}
+
+}  // namespace
