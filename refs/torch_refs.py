@@ -6,7 +6,7 @@ Evaluates, with PyTorch's own CPU arithmetic and autograd, the three expressions
   hf        the HuggingFace eager expression on bf16 tensors             -> policy hf-bf16
   deepseek  DeepSeek's fp32 reference (torch.sum over streams, + post*x) -> policy fp32-mixfirst
   seeded    the seeded fp32 loop (TileKernels / LMDeploy source order)   -> policy fp32-seeded
-  fp64      the seeded loop in float64 (forward only, out_f64)           -> policy fp64
+  fp64      the seeded loop in float64, autograd in float64 (the *_f64)  -> policy fp64
 
 It imports nothing from mhcdiff: it is the independent side of tests/torch_refs_test.cpp. Usage:
 
@@ -15,7 +15,7 @@ It imports nothing from mhcdiff: it is the independent side of tests/torch_refs_
 DIR/manifest.txt lists one configuration per line, "NAME S H D". For each NAME the inputs are raw
 little-endian files DIR/NAME.{x,residual,grad_out} (bf16 bit patterns, uint16) and DIR/NAME.{post,comb}
 (float32); comb is comb[s, src, dst]. Outputs are written as DIR/NAME.REF.TENSOR in the tensor's own
-dtype (bf16 bits for out/grad_x/grad_residual, float32 for grad_post/grad_comb, float64 for out_f64), and
+dtype (bf16 bits for out/grad_x/grad_residual, float32 for grad_post/grad_comb, float64 for *_f64), and
 DIR/NAME.probe holds what the bf16 batched matmul of this shape does on this machine (see probe_bmm).
 DIR/torch_env.txt records the PyTorch build and CPU the numbers came from.
 """
@@ -92,11 +92,19 @@ def seeded_loop(x, residual, post, comb, grad_out, dtype=torch.float32):
     """The seeded loop: the accumulator starts at post*x and adds comb[:, k, :]*residual[:, k] for k
     ascending, one rounding per multiply and per add (PyTorch's CPU kernels do not contract)."""
     x, residual, post, comb = leaves(x, residual, post, comb)
-    acc = post.to(dtype)[..., None] * x.to(dtype)[:, None, :]
+    xw, rw, pw, cw = x.to(dtype), residual.to(dtype), post.to(dtype), comb.to(dtype)
+    acc = pw[..., None] * xw[:, None, :]
     for k in range(residual.shape[1]):
-        acc = acc + comb.to(dtype)[:, k, :, None] * residual[:, k, None, :].to(dtype)
+        acc = acc + cw[:, k, :, None] * rw[:, k, None, :]
     if dtype == torch.float64:
-        return {"out_f64": acc}  # forward only: the fp64 policy's bf16 'out' is RNb of this, rounded once
+        # The fp64 policy stores binary64 values (and bf16 ones rounded once from them, which PyTorch's
+        # double -> bf16 cast, via float, does not do): compare the binary64 results and gradients, taken
+        # at the widened tensors before any cast back.
+        for t in (xw, rw, pw, cw):
+            t.retain_grad()
+        acc.backward(grad_out.to(dtype))
+        return {"out_f64": acc, "grad_x_f64": xw.grad, "grad_residual_f64": rw.grad, "grad_post_f64": pw.grad,
+                "grad_comb_f64": cw.grad}
     out = acc.to(BF16)
     out.backward(grad_out)
     return {"out": out, "grad_x": x.grad, "grad_residual": residual.grad, "grad_post": post.grad,

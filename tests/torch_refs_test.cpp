@@ -431,6 +431,20 @@ TruthBound sum_bound(const std::vector<double>& terms, double product_unit, bool
   return {truth, e * (1 + 0x1p-20)};
 }
 
+// The binary64 analogue for the fp64 policy's gradients: products are exact in binary64, the sum is
+// binary64 in any order, the truth is accumulated in long double (and its rounding to double is added).
+TruthBound sum_bound_f64(const std::vector<double>& terms) {
+  long double truth = 0, abs_sum = 0;
+  for (double t : terms) truth += t, abs_sum += std::fabs(t);
+  const auto n = int64_t(terms.size());
+  double e = gamma(n - 1, 0x1p-53) * double(abs_sum);
+  e += 2.0 * double(n) * 0x1p-63 * double(abs_sum) + 0x1p-53 * std::fabs(double(truth)) + double(n) * 0x1p-1074;
+  return {double(truth), e * (1 + 0x1p-20)};
+}
+
+// Strips the "_f64" of a binary64 copy's name.
+std::string base_tensor(const std::string& tensor) { return tensor.substr(0, tensor.find("_f64")); }
+
 enum class Ref { hf, deepseek, seeded, fp64 };
 const char* ref_name(Ref r) {
   switch (r) {
@@ -444,7 +458,14 @@ const char* ref_name(Ref r) {
 
 // The exact value and error bound of element i of `tensor` under the reference's rounding model.
 // `bf16_bmm` says PyTorch's bf16 matmul accumulates in bf16 here (ATen's own kernel, small sizes).
-TruthBound truth_bound(Ref ref, const std::string& tensor, const Inputs& in, int64_t i, bool bf16_bmm) {
+TruthBound truth_bound(Ref ref, const std::string& name, const Inputs& in, int64_t i, bool bf16_bmm) {
+  const std::string tensor = base_tensor(name);
+  const bool f64 = tensor != name;
+  // The fp32 models below, or the binary64 one for the fp64 policy's *_f64 gradients.
+  auto model_bound = [&](const std::vector<double>& terms, double product_unit, bool result_bf16,
+                         double sum_unit = kU32) {
+    return f64 ? sum_bound_f64(terms) : sum_bound(terms, product_unit, result_bf16, sum_unit);
+  };
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
   const bool hf = ref == Ref::hf;
@@ -460,10 +481,10 @@ TruthBound truth_bound(Ref ref, const std::string& tensor, const Inputs& in, int
     for (int k = 0; k < H; ++k) terms.push_back(comb(s, k, ho) * r(s, k, d));
     if (!hf) {
       terms.push_back(post(s, ho) * x(s, d));
-      return sum_bound(terms, kU32, true);
+      return model_bound(terms, kU32, true);
     }
     // HF: m = RNb(Σ cb·r), q = RNb(pb·x) (exact product, one rounding), out = RNb(RN32(q + m)).
-    const TruthBound m = bf16_bmm ? sum_bound(terms, kUBf, true, kUBf) : sum_bound(terms, 0.0, true);
+    const TruthBound m = bf16_bmm ? model_bound(terms, kUBf, true, kUBf) : model_bound(terms, 0.0, true);
     const double q = round_bf16(float(post(s, ho) * x(s, d)));
     const double truth = q + m.truth;
     const double e = m.bound + kU32 * (std::fabs(truth) + m.bound) + kUBf * (1 + kU32) * (std::fabs(truth) + m.bound);
@@ -473,29 +494,30 @@ TruthBound truth_bound(Ref ref, const std::string& tensor, const Inputs& in, int
   if (tensor == "grad_x") {
     const int64_t d = i % D, s = i / D;
     for (int ho = 0; ho < H; ++ho) terms.push_back(post(s, ho) * g(s, ho, d));
-    return sum_bound(terms, hf ? kUBf : kU32, true);
+    return model_bound(terms, hf ? kUBf : kU32, true);
   }
   if (tensor == "grad_residual") {
     const int64_t d = i % D, hi = (i / D) % H, s = i / (D * H);
     for (int ho = 0; ho < H; ++ho) terms.push_back(comb(s, int(hi), ho) * g(s, ho, d));
-    if (hf && bf16_bmm) return sum_bound(terms, kUBf, true, kUBf);
-    return sum_bound(terms, hf ? 0.0 : kU32, true);
+    if (hf && bf16_bmm) return model_bound(terms, kUBf, true, kUBf);
+    return model_bound(terms, hf ? 0.0 : kU32, true);
   }
   if (tensor == "grad_post") {
     const int64_t ho = i % H, s = i / H;
     for (int64_t d = 0; d < D; ++d) terms.push_back(g(s, int(ho), d) * x(s, d));
-    return sum_bound(terms, hf ? kUBf : 0.0, hf);
+    return model_bound(terms, hf ? kUBf : 0.0, hf);
   }
   if (tensor == "grad_comb") {
     const int64_t ho = i % H, hi = (i / H) % H, s = i / (H * H);
     for (int64_t d = 0; d < D; ++d) terms.push_back(g(s, int(ho), d) * r(s, int(hi), d));
-    if (hf && bf16_bmm) return sum_bound(terms, kUBf, true, kUBf);
-    return sum_bound(terms, 0.0, hf);
+    if (hf && bf16_bmm) return model_bound(terms, kUBf, true, kUBf);
+    return model_bound(terms, 0.0, hf);
   }
   throw std::logic_error("no error model for " + tensor);
 }
 
-std::vector<int64_t> dims_of(const std::string& tensor, const Shape& sh) {
+std::vector<int64_t> dims_of(const std::string& name, const Shape& sh) {
+  const std::string tensor = base_tensor(name);
   if (tensor == "grad_x") return {sh.S, sh.D};
   if (tensor == "grad_post") return {sh.S, sh.H};
   if (tensor == "grad_comb") return {sh.S, sh.H, sh.H};
@@ -515,9 +537,10 @@ bool bf16_bmm_is_sequential(const std::string& probe, const Config& c) {
   return !c.subnormal_inputs && probe.find("fp32-sequential") != std::string::npos;
 }
 
-bool requires_bit_equality(Ref ref, const std::string& tensor, const Config& c, const std::string& probe) {
+bool requires_bit_equality(Ref ref, const std::string& name, const Config& c, const std::string& probe) {
   const int H = c.shape.H;
-  if (tensor == "out_f64") return true;                              // elementwise float64
+  const std::string tensor = base_tensor(name);
+  if (name == "out_f64") return true;                                // elementwise float64
   if (tensor == "grad_post" || tensor == "grad_comb") return false;  // sums over D in PyTorch's order
   switch (ref) {
     case Ref::hf:
@@ -527,7 +550,7 @@ bool requires_bit_equality(Ref ref, const std::string& tensor, const Config& c, 
     case Ref::seeded:
       if (ref == Ref::seeded && tensor == "out") return true;          // elementwise loop, no reduction
       return small_dim_sum_is_sequential(H);
-    case Ref::fp64: return true;
+    case Ref::fp64: return small_dim_sum_is_sequential(H);           // grad_x_f64, grad_residual_f64
   }
   return true;
 }
@@ -674,11 +697,18 @@ void check_reference(Ref ref, const std::string& policy, bool signed_zero_config
     if (is_signed_zero_config(cd) != signed_zero_config) continue;
     const Shape& sh = cd.config.shape;
     const Probe probe = probe_of(run, cd.config);
-    const PolicyResult res = run_policy_cpu(pd, cd.inputs.view(), ref != Ref::fp64);
+    const PolicyResult res = run_policy_cpu(pd, cd.inputs.view(), true);
     const std::string base = (run.dir / (cd.config.name + "." + ref_name(ref) + ".")).string();
     const size_t shd = size_t(sh.S) * sh.H * sh.D;
     if (ref == Ref::fp64) {
-      checks.push_back(check_tensor(ref, "out_f64", cd, probe, read_raw<double>(base + "out_f64", shd), res.out_f64, zero_signs));
+      auto f64 = [&](const std::string& tensor, size_t n, const std::vector<double>& mhc) {
+        checks.push_back(check_tensor(ref, tensor, cd, probe, read_raw<double>(base + tensor, n), mhc, zero_signs));
+      };
+      f64("out_f64", shd, res.out_f64);
+      f64("grad_x_f64", size_t(sh.S) * sh.D, res.grad_x_f64);
+      f64("grad_residual_f64", shd, res.grad_residual_f64);
+      f64("grad_post_f64", size_t(sh.S) * sh.H, res.grad_post_f64);
+      f64("grad_comb_f64", size_t(sh.S) * sh.H * sh.H, res.grad_comb_f64);
       continue;
     }
     checks.push_back(check_tensor(ref, "out", cd, probe, read_raw<uint16_t>(base + "out", shd), res.out, zero_signs));
@@ -710,7 +740,7 @@ TEST(ExactRefs, ExactPolicyMatchesMathFsum) {
     const std::string base = (run.dir / (cd.config.name + ".exact.")).string();
     auto expect_equal = [&](const std::string& tensor, const auto& ref, const auto& mhc) {
       const Mismatches m = count_mismatches(ref, mhc);
-      const auto dims = dims_of(tensor.substr(0, tensor.find("_f64")), sh);
+      const auto dims = dims_of(tensor, sh);
       EXPECT_EQ(m.count, 0) << cd.config.name << " exact." << tensor << ": " << m.count << " of " << ref.size()
                             << " differ from math.fsum, max " << m.max_ulp << " ulp; first at "
                             << index_string(dims, m.first) << ": fsum " << show(ref[std::max<int64_t>(m.first, 0)])
