@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One device call (SPEC §8, issue #5): build mhcdiff with the CUDA backend for Hopper, run the GPU tests
+# (bit-identical to the CPU), compute-sanitizer on a subset, the benchmark, and the PyTorch peers
+# (scripts/torch_peer.py). Full logs go to $OUT (default ./out); a short table is printed last.
+#   usage: scripts/gpu-check.sh            (from the repository root, on a machine with an NVIDIA GPU)
+#   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-16}
+mkdir -p "$OUT"
+DUMP=$(mktemp -d)  # raw tensors for the peer check: large, so not under $OUT
+stage() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.log"; }
+
+stage "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/summary.log"
+
+stage "build ($BUILD, -j$JOBS)"
+if ! { cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMHCDIFF_CUDA=ON &&
+       cmake --build "$BUILD" -j"$JOBS" --target mhcdiff_gpu_tests mhcdiff; } >"$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  echo "build failed (full log: $OUT/build.log)"
+  exit 1
+fi
+GPU_TESTS="$BUILD/tests/gpu/mhcdiff_gpu_tests"
+MHCDIFF="$BUILD/apps/mhcdiff/mhcdiff"
+
+stage "gpu tests"
+"$GPU_TESTS" >"$OUT/gpu_tests.log" 2>&1
+tests_rc=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|differ" "$OUT/gpu_tests.log" | head -40 | tee -a "$OUT/summary.log"
+
+if [[ -z "${SKIP_SANITIZER:-}" ]]; then
+  stage "compute-sanitizer (memcheck + racecheck on a subset)"
+  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost'
+  compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" --gtest_filter="$subset" >"$OUT/sanitizer.log" 2>&1
+  echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
+  compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \
+    --gtest_filter='SpecShapes/EveryPresetMatchesCpu.*/H3_D264' >>"$OUT/sanitizer.log" 2>&1
+  echo "racecheck rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
+fi
+
+stage "bench dump for the SPEC §9 counts (S=4096,H=4,D=4096: 67 M outputs)"
+"$MHCDIFF" bench --device cuda --shape 4096,4,4096 --policies hf-bf16,fp32-seeded,fp32-seeded-fma --reps 3 \
+  --dump "$DUMP" --format csv >"$OUT/bench_dump.csv" 2>>"$OUT/bench.log"
+
+stage "bench"
+"$MHCDIFF" bench --device cuda --format csv --reps 40 >"$OUT/bench.csv" 2>>"$OUT/bench.log"
+echo "bench rc=$?" | tee -a "$OUT/summary.log"
+
+if [[ -z "${SKIP_TORCH:-}" ]]; then
+  stage "torch peers"
+  PYTHONUNBUFFERED=1 timeout "${TORCH_TIMEOUT:-300}" python3 scripts/torch_peer.py --dump "$DUMP" --bench "$OUT/bench.csv" --reps 40 \
+    >"$OUT/torch_peer.log" 2>&1
+  echo "torch_peer rc=$?" | tee -a "$OUT/summary.log"
+fi
+rm -rf "$DUMP"
+
+stage "done"
+echo
+cut -d, -f2- "$OUT/bench.csv" | column -s, -t
+[[ -f "$OUT/torch_peer.log" ]] && grep -v "^W\|^I\|warn" "$OUT/torch_peer.log" | tail -60
+echo "gpu tests rc=$tests_rc"
+exit $tests_rc

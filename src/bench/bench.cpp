@@ -1,0 +1,172 @@
+#include "bench/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "io/errors.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
+
+#if MHCDIFF_HAVE_CUDA
+#include "kernels/cuda/bench_cuda.hpp"
+#endif
+
+namespace mhc::bench {
+namespace {
+
+int64_t forward_bytes(const Shape& sh) { return 2 * sh.S * sh.D + 4 * sh.S * sh.H * sh.D + 4 * sh.S * sh.H * (1 + sh.H); }
+int64_t backward_bytes(const Shape& sh) {
+  return 2 * sh.S * sh.D * 2 + 2 * sh.S * sh.H * sh.D * 3 + 4 * sh.S * sh.H * (1 + sh.H) * 2;
+}
+
+BenchRow make_row(const Shape& sh, const std::string& policy, bool backward, double ms, int64_t bytes,
+                  double copy_gbps, int64_t fallbacks) {
+  BenchRow r;
+  r.shape = sh;
+  r.policy = policy;
+  r.direction = backward ? "bwd" : "fwd";
+  r.median_ms = ms;
+  r.bytes = bytes;
+  r.gbps = ms > 0 ? double(bytes) / (ms * 1e6) : 0;
+  r.copy_gbps = copy_gbps;
+  r.pct_of_copy = copy_gbps > 0 ? 100.0 * r.gbps / copy_gbps : 0;
+  r.fallback_elements = fallbacks;
+  return r;
+}
+
+// Peer-test style random inputs (x, r, g ~ N(0,1) in bf16, post ~ U[0,2), comb ~ U[0,1)).
+Inputs random_inputs(const Shape& sh, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  Inputs in;
+  in.shape = sh;
+  auto fill = [&](std::vector<bf16_bits>& v, size_t n) {
+    v.resize(n);
+    for (auto& b : v) b = round_to_bf16_rne(normal(rng));
+  };
+  fill(in.x, size_t(sh.S) * sh.D);
+  fill(in.residual, size_t(sh.S) * sh.H * sh.D);
+  fill(in.grad_out, size_t(sh.S) * sh.H * sh.D);
+  in.post.resize(size_t(sh.S) * sh.H);
+  for (float& p : in.post) p = 2.0f * unit(rng);
+  in.comb.resize(size_t(sh.S) * sh.H * sh.H);
+  for (float& c : in.comb) c = unit(rng);
+  return in;
+}
+
+template <class F>
+double median_ms(int reps, F&& fn) {
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
+  const CpuOptions cpu{opt.threads, ExactBackend::boost};
+  for (const Shape& sh : opt.shapes) {
+    const Inputs in = random_inputs(sh, opt.seed);
+    std::vector<char> src(size_t(forward_bytes(sh) / 2), 1), dst(src.size());
+    const double copy_ms = median_ms(reps, [&] { std::memcpy(dst.data(), src.data(), src.size()); });
+    const double copy_gbps = double(forward_bytes(sh)) / (copy_ms * 1e6);
+    for (const Policy& p : opt.policies) {
+      PolicyResult r;
+      allocate_result(r, sh, false, opt.backward);
+      RunStats st;
+      const double f = median_ms(reps, [&] { st = forward_cpu(p.desc, in.view(), forward_outputs(r), cpu); });
+      report.rows.push_back(make_row(sh, p.name, false, f, forward_bytes(sh), copy_gbps, st.fallback_elements));
+      if (!opt.backward) continue;
+      const double b = median_ms(reps, [&] { st = backward_cpu(p.desc, in.view(), backward_outputs(r), cpu); });
+      report.rows.push_back(make_row(sh, p.name, true, b, backward_bytes(sh), copy_gbps, st.fallback_elements));
+    }
+  }
+}
+
+#if MHCDIFF_HAVE_CUDA
+void bench_gpu(const BenchOptions& opt, int reps, BenchReport& report) {
+  cuda::DeviceBenchOptions dev{reps, opt.seed, opt.backward, opt.dump_dir};
+  for (size_t i = 0; i < opt.shapes.size(); ++i) {
+    const cuda::ShapeTiming t = cuda::bench_shape(opt.shapes[i], opt.policies, dev, i == 0 && !opt.dump_dir.empty());
+    const double copy_gbps = double(t.copy_bytes) / (t.copy_median_ms * 1e6);
+    for (const cuda::KernelTiming& k : t.kernels)
+      report.rows.push_back(make_row(t.shape, k.policy, k.backward, k.median_ms, k.bytes, copy_gbps, k.fallback_elements));
+  }
+}
+#endif
+
+std::string shape_text(const Shape& sh) { return fmt::format("{},{},{}", sh.S, sh.H, sh.D); }
+
+}  // namespace
+
+std::vector<Shape> default_shapes(Device device) {
+  if (device == Device::cuda) return {{16384, 4, 4096}, {128, 4, 4096}, {1024, 4, 7168}, {8192, 8, 4096}};
+  return {{256, 4, 4096}};
+}
+
+Shape parse_shape(const std::string& text) {
+  Shape sh;
+  long long s = 0, d = 0;
+  int h = 0, used = 0;
+  if (std::sscanf(text.c_str(), "%lld,%d,%lld%n", &s, &h, &d, &used) != 3 || used != int(text.size()) || s < 1 ||
+      h < 1 || h > kMaxStreams || d < 1)
+    throw InputError(fmt::format("--shape must be S,H,D with S >= 1, H in 1..16 and D >= 1 (got '{}')", text));
+  sh.S = s, sh.H = h, sh.D = d;
+  return sh;
+}
+
+BenchReport run_bench(const BenchOptions& options) {
+  BenchOptions opt = options;
+  if (opt.shapes.empty()) opt.shapes = default_shapes(opt.device);
+  if (opt.policies.empty()) opt.policies = builtin_policies();
+  const int reps = opt.reps > 0 ? opt.reps : (opt.device == Device::cuda ? 40 : 3);
+  BenchReport report;
+  report.device = device_name(opt.device);
+  report.reps = reps;
+#if MHCDIFF_HAVE_CUDA
+  if (opt.device == Device::cuda) {
+    bench_gpu(opt, reps, report);
+    return report;
+  }
+#endif
+  if (!opt.dump_dir.empty()) throw InputError("--dump needs --device cuda");
+  bench_cpu(opt, reps, report);
+  return report;
+}
+
+std::string format_text(const BenchReport& r) {
+  std::string s = fmt::format("device: {}   (median of {} runs; % = of a copy of the same bytes, same run)\n", r.device, r.reps);
+  s += fmt::format("{:<16} {:<16} {:<4} {:>10} {:>9} {:>8} {:>10} {:>10}\n", "shape S,H,D", "policy", "dir", "ms",
+                   "GB/s", "% copy", "copy GB/s", "fallbacks");
+  for (const BenchRow& b : r.rows)
+    s += fmt::format("{:<16} {:<16} {:<4} {:>10.4f} {:>9.1f} {:>7.1f}% {:>10.1f} {:>10}\n", shape_text(b.shape), b.policy,
+                     b.direction, b.median_ms, b.gbps, b.pct_of_copy, b.copy_gbps, b.fallback_elements);
+  return s;
+}
+
+std::string format_csv(const BenchReport& r) {
+  std::string s = "device,S,H,D,policy,dir,median_ms,bytes,gbps,pct_of_copy,copy_gbps,fallback_elements\n";
+  for (const BenchRow& b : r.rows)
+    s += fmt::format("\"{}\",{},{},{},{},{},{:.6f},{},{:.3f},{:.3f},{:.3f},{}\n", r.device, b.shape.S, b.shape.H,
+                     b.shape.D, b.policy, b.direction, b.median_ms, b.bytes, b.gbps, b.pct_of_copy, b.copy_gbps,
+                     b.fallback_elements);
+  return s;
+}
+
+std::string format_markdown(const BenchReport& r) {
+  std::string s = fmt::format("Device: {} (median of {} runs)\n\n", r.device, r.reps);
+  s += "| S,H,D | policy | dir | ms | GB/s | % of copy | copy GB/s | fallbacks |\n|---|---|---|---:|---:|---:|---:|---:|\n";
+  for (const BenchRow& b : r.rows)
+    s += fmt::format("| {} | {} | {} | {:.4f} | {:.1f} | {:.1f} % | {:.1f} | {} |\n", shape_text(b.shape), b.policy,
+                     b.direction, b.median_ms, b.gbps, b.pct_of_copy, b.copy_gbps, b.fallback_elements);
+  return s;
+}
+
+}  // namespace mhc::bench

@@ -1,0 +1,310 @@
+// The backward kernels: ∂x and ∂residual per element (stream_grad_value / stream_grad_exact), ∂post and
+// ∂comb as dot products over D in the canonical lane order with a shuffle tree (dot_step,
+// combine_lane_partials' tree, finish_param_grad), all from kernels/operator_math.hpp as on the CPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/kernel_common.cuh"
+#include "kernels/cuda/operator_kernels.hpp"
+
+namespace mhc::cuda {
+namespace {
+
+using namespace detail;
+
+// ---- Backward, specialised: one warp per token, everything in registers -----------------------------------
+// Lane l owns the chunks j = l, l+32, l+64, ... of the token (the canonical lane of operator_math.hpp), walks
+// them in ascending d, writes ∂x and ∂residual for them and keeps the H + H·H dot-product partials in
+// registers; a shuffle tree then combines the 32 partials. Rows are aligned (D % 8 == 0).
+
+constexpr int kBackwardWarps = 4;
+
+template <Mode M, int H, class Pol>
+__global__ void __launch_bounds__(kBackwardWarps * 32)
+    backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out) {
+  using T = RoundedT<M>;
+  constexpr int kChunksInFlight = H <= 2 ? 4 : H == 4 ? 2 : 1;
+  const PolicyDesc pd = pol.get();
+  const int lane = threadIdx.x & 31;
+  const int64_t D = in.shape.D;
+  const int64_t chunks = D / kChunk;
+  const int64_t warps = int64_t(gridDim.x) * kBackwardWarps;
+  for (int64_t s = int64_t(blockIdx.x) * kBackwardWarps + threadIdx.x / 32; s < in.shape.S; s += warps) {
+    float pw[H], cw[H][H];  // post[s, ho] and comb[s, hi, ho]
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) pw[ho] = __ldg(in.post + s * H + ho);
+#pragma unroll
+    for (int hi = 0; hi < H; ++hi)
+#pragma unroll
+      for (int ho = 0; ho < H; ++ho) cw[hi][ho] = __ldg(in.comb + (s * H + hi) * H + ho);
+    T acc_post[H], acc_comb[H][H];
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) {
+      acc_post[ho] = T(-0.0);
+#pragma unroll
+      for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = T(-0.0);
+    }
+    // Several chunks' loads in flight per lane (the adds stay in order: each partial is one chain).
+#pragma unroll kChunksInFlight
+    for (int64_t j = lane; j < chunks; j += kReduceLanes) {
+      const int64_t d0 = j * kChunk;
+      const Chunk xc = load_chunk<true>(in.x + s * D + d0, kChunk);
+      Chunk gc[H], rc[H];
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        gc[h] = load_chunk<true>(in.grad_out + (s * H + h) * D + d0, kChunk);
+        rc[h] = load_chunk<true>(in.residual + (s * H + h) * D + d0, kChunk);
+      }
+      Chunk gxc, grc[H];
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        float g[H];
+#pragma unroll
+        for (int ho = 0; ho < H; ++ho) g[ho] = chunk_elem(gc[ho], e);
+        const float xv = chunk_elem(xc, e);
+        const T gx = stream_grad_value<T>(pd, pw, g, H, true);
+        chunk_set(gxc, e, round_to_bf16_rne(gx));
+        if constexpr (M == Mode::fp64)
+          if (out.grad_x_f64) out.grad_x_f64[s * D + d0 + e] = gx;
+#pragma unroll
+        for (int hi = 0; hi < H; ++hi) {
+          const T gr = stream_grad_value<T>(pd, cw[hi], g, H, false);
+          chunk_set(grc[hi], e, round_to_bf16_rne(gr));
+          if constexpr (M == Mode::fp64)
+            if (out.grad_residual_f64) out.grad_residual_f64[(s * H + hi) * D + d0 + e] = gr;
+        }
+#pragma unroll
+        for (int ho = 0; ho < H; ++ho) {
+          acc_post[ho] = dot_step<T>(pd, acc_post[ho], g[ho], xv, true);
+#pragma unroll
+          for (int hi = 0; hi < H; ++hi)
+            acc_comb[hi][ho] = dot_step<T>(pd, acc_comb[hi][ho], g[ho], chunk_elem(rc[hi], e), false);
+        }
+      }
+      store_chunk<true>(out.grad_x + s * D + d0, kChunk, gxc);
+#pragma unroll
+      for (int hi = 0; hi < H; ++hi) store_chunk<true>(out.grad_residual + (s * H + hi) * D + d0, kChunk, grc[hi]);
+    }
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) {
+      const T v = finish_param_grad<T>(pd, warp_tree_sum(acc_post[ho]));
+      if (lane == 0) {
+        out.grad_post[s * H + ho] = static_cast<float>(v);
+        if constexpr (M == Mode::fp64)
+          if (out.grad_post_f64) out.grad_post_f64[s * H + ho] = v;
+      }
+#pragma unroll
+      for (int hi = 0; hi < H; ++hi) {
+        const T w = finish_param_grad<T>(pd, warp_tree_sum(acc_comb[hi][ho]));
+        if (lane == 0) {
+          out.grad_comb[(s * H + hi) * H + ho] = static_cast<float>(w);
+          if constexpr (M == Mode::fp64)
+            if (out.grad_comb_f64) out.grad_comb_f64[(s * H + hi) * H + ho] = w;
+        }
+      }
+    }
+  }
+}
+
+// ---- Backward, generic: one block per token, tiles staged in shared memory --------------------------------
+// For any description, H, D and the exact policy. A tile is 32 canonical chunks (256 d) of x, the H residual
+// rows and the H grad_out rows, as floats in shared memory. The block's warps share the H + H·H dot
+// products (QPW each, in as many passes over D as needed); within a warp lane l still owns chunk l of every
+// tile, so each partial runs in the canonical order. ∂x and ∂residual are computed in the first pass.
+
+constexpr int kTileElems = kReduceLanes * kChunk;
+constexpr int kGenericMaxWarps = 16;
+
+template <Mode M>
+struct GenericAcc {
+  using type = RoundedT<M>;
+};
+template <>
+struct GenericAcc<Mode::exact> {
+  using type = ExactAccumulator;
+};
+
+template <Mode M>
+constexpr int generic_qpw() {
+  return M == Mode::exact ? 4 : M == Mode::fp64 ? 8 : 12;
+}
+
+template <Mode M>
+__global__ void __launch_bounds__(kGenericMaxWarps * 32)
+    backward_generic_kernel(PolicyDesc pd, InputsView in, BackwardOutputs out, FallbackList fb) {
+  using Acc = typename GenericAcc<M>::type;
+  constexpr int QPW = generic_qpw<M>();
+  extern __shared__ float tile[];  // rows: x, residual[0..H), grad_out[0..H); kTileElems floats each
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  const int nq = H + H * H;  // q < H: ∂post[q]; else ∂comb[hi, ho] with q - H = hi·H + ho
+  const int nwarps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  const int per_pass = nwarps * QPW;
+  const int passes = (nq + per_pass - 1) / per_pass;
+  const int rows = 1 + 2 * H;
+  const float* xs = tile;
+  const float* rs = tile + kTileElems;
+  const float* gs = tile + (1 + H) * kTileElems;
+
+  for (int64_t s = blockIdx.x; s < in.shape.S; s += gridDim.x) {
+    const float* post = in.post + s * H;
+    const float* comb = in.comb + s * H * H;
+    for (int pass = 0; pass < passes; ++pass) {
+      Acc acc[QPW];
+      if constexpr (M != Mode::exact)
+#pragma unroll
+        for (int qi = 0; qi < QPW; ++qi) acc[qi] = Acc(-0.0);
+      for (int64_t t0 = 0; t0 < D; t0 += kTileElems) {
+        __syncthreads();  // the previous tile is consumed
+        for (int i = threadIdx.x; i < rows * kTileElems; i += blockDim.x) {
+          const int row = i / kTileElems;
+          const int64_t d = t0 + i % kTileElems;
+          const bf16_bits* src = row == 0   ? in.x + s * D
+                                 : row <= H ? in.residual + (s * H + row - 1) * D
+                                            : in.grad_out + (s * H + row - 1 - H) * D;
+          tile[i] = d < D ? bf16_to_float(src[d]) : 0.0f;
+        }
+        __syncthreads();
+        if (pass == 0) {
+          for (int i = threadIdx.x; i < (1 + H) * kTileElems; i += blockDim.x) {
+            const int which = i / kTileElems;  // 0: ∂x; 1 + hi: ∂residual[hi]
+            const int e = i % kTileElems;
+            const int64_t d = t0 + e;
+            if (d >= D) continue;
+            float g[kMaxStreams];
+            for (int ho = 0; ho < H; ++ho) g[ho] = gs[ho * kTileElems + e];
+            const float* w = which == 0 ? post : comb + (which - 1) * H;
+            const int64_t index = which == 0 ? s * D + d : (s * H + which - 1) * D + d;
+            bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
+            double* dst64 = which == 0 ? out.grad_x_f64 : out.grad_residual_f64;
+            if constexpr (M == Mode::exact) {
+              const ExactRounded v = stream_grad_exact(w, g, H).result();
+              dst[index] = v.bf16();
+              if (dst64) dst64[index] = v.rn64;
+              if (!v.certified)
+                push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+            } else {
+              const RoundedT<M> v = stream_grad_value<RoundedT<M>>(pd, w, g, H, which == 0);
+              dst[index] = round_to_bf16_rne(v);
+              if constexpr (M == Mode::fp64)
+                if (dst64) dst64[index] = v;
+            }
+          }
+        }
+#pragma unroll
+        for (int qi = 0; qi < QPW; ++qi) {
+          const int q = pass * per_pass + warp * QPW + qi;
+          if (q >= nq) break;
+          const bool post_path = q < H;
+          const int ho = post_path ? q : (q - H) % H;
+          const float* a = gs + ho * kTileElems;
+          const float* b = post_path ? xs : rs + ((q - H) / H) * kTileElems;
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) {
+            const int el = lane * kChunk + e;
+            if (t0 + el >= D) break;
+            if constexpr (M == Mode::exact) acc[qi].add(mul_rn64(a[el], b[el]));
+            else acc[qi] = dot_step<Acc>(pd, acc[qi], a[el], b[el], post_path);
+          }
+        }
+      }
+#pragma unroll
+      for (int qi = 0; qi < QPW; ++qi) {
+        const int q = pass * per_pass + warp * QPW + qi;
+        if (q >= nq) break;  // uniform over the warp: the shuffles below see all 32 lanes
+        const bool post_path = q < H;
+        const int64_t index = post_path ? s * H + q : (s * H + (q - H) / H) * H + (q - H) % H;
+        float* dst = post_path ? out.grad_post : out.grad_comb;
+        double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
+        if constexpr (M == Mode::exact) {
+          const ExactRounded v = warp_tree_merge(acc[qi]).result();
+          if (lane == 0) {
+            dst[index] = v.fp32();
+            if (dst64) dst64[index] = v.rn64;
+            if (!v.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
+          }
+        } else {
+          const Acc v = finish_param_grad<Acc>(pd, warp_tree_sum(acc[qi]));
+          if (lane == 0) {
+            dst[index] = static_cast<float>(v);
+            if constexpr (M == Mode::fp64)
+              if (dst64) dst64[index] = v;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- Launch configuration ---------------------------------------------------------------------------------
+
+int backward_fast_blocks(const Shape& sh) {
+  return static_cast<int>(std::min<int64_t>((sh.S + kBackwardWarps - 1) / kBackwardWarps, 1 << 24));
+}
+
+template <class Pol>
+bool launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, cudaStream_t stream) {
+  constexpr Mode M = static_mode<Pol>();
+  const int blocks = backward_fast_blocks(in.shape);
+  constexpr int threads = kBackwardWarps * 32;
+  switch (in.shape.H) {
+    case 1: backward_fast_kernel<M, 1, Pol><<<blocks, threads, 0, stream>>>(pol, in, out); break;
+    case 2: backward_fast_kernel<M, 2, Pol><<<blocks, threads, 0, stream>>>(pol, in, out); break;
+    case 4: backward_fast_kernel<M, 4, Pol><<<blocks, threads, 0, stream>>>(pol, in, out); break;
+    case 8:
+      if constexpr (M == Mode::fp64) return false;  // see backward_is_specialised
+      else backward_fast_kernel<M, 8, Pol><<<blocks, threads, 0, stream>>>(pol, in, out);
+      break;
+    default: return false;
+  }
+  MHC_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+template <Mode M>
+void launch_backward_generic(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
+                             const FallbackList& fb, cudaStream_t stream) {
+  const int nq = in.shape.H + in.shape.H * in.shape.H;
+  const int warps = std::clamp((nq + generic_qpw<M>() - 1) / generic_qpw<M>(), 1, kGenericMaxWarps);
+  const size_t smem = size_t(1 + 2 * in.shape.H) * kTileElems * sizeof(float);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(in.shape.S, 1 << 24));
+  backward_generic_kernel<M><<<blocks, warps * 32, smem, stream>>>(pd, in, out, fb);
+  MHC_CUDA_CHECK_LAUNCH();
+}
+
+bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out) {
+  if (pd.accumulator == Accumulator::exact) return false;
+  // 72 fp64 partials per lane do not fit in registers (ptxas spills kilobytes): the generic kernel shares
+  // them among warps instead.
+  if (pd.accumulator == Accumulator::fp64 && in.shape.H > 4) return false;
+  if (!specialised_shape(in.shape) || !rows_aligned(in, out.grad_x, out.grad_residual)) return false;
+  return with_static_preset(pd, [](auto) { return true; });
+}
+
+}  // namespace
+
+void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                     cudaStream_t stream) {
+  if (in.shape.S == 0) return;
+  if (backward_is_specialised(pd, in, out)) {
+    with_static_preset(pd, [&](auto pol) { return launch_backward_specialised(pol, in, out, stream); });
+    return;
+  }
+  switch (pd.accumulator) {
+    case Accumulator::fp32: launch_backward_generic<Mode::fp32>(pd, in, out, fb, stream); break;
+    case Accumulator::fp64: launch_backward_generic<Mode::fp64>(pd, in, out, fb, stream); break;
+    case Accumulator::exact: launch_backward_generic<Mode::exact>(pd, in, out, fb, stream); break;
+  }
+}
+
+const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
+  BackwardOutputs aligned_out;
+  return backward_is_specialised(pd, in, aligned_out) ? "specialised" : "generic";
+}
+
+}  // namespace mhc::cuda

@@ -1,0 +1,183 @@
+#pragma once
+// What the forward and backward kernels share: the policy providers (presets as compile-time constants),
+// 16-byte chunks of 8 bf16, the fallback list and the warp reductions in the canonical tree order.
+// Device code only decides who computes what; the arithmetic is kernels/operator_math.hpp (docs/cuda.md).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cuda/operator_kernels.hpp"
+#include "kernels/operator_math.hpp"
+
+namespace mhc::cuda::detail {
+
+enum class Mode { fp32, fp64, exact };
+
+constexpr Mode mode_of(Accumulator a) {
+  return a == Accumulator::fp32 ? Mode::fp32 : a == Accumulator::fp64 ? Mode::fp64 : Mode::exact;
+}
+
+template <Mode M>
+using RoundedT = std::conditional_t<M == Mode::fp32, float, double>;
+
+// ---- Policies: compile-time constants or data ------------------------------------------------------------
+// A built-in preset is a template constant, so every `if (pd.field == ...)` in operator_math.hpp folds away
+// and the kernel runs at memory speed; any other description (--policy-file) is passed as data to the
+// generic kernels. Both call the same functions, so they agree bit for bit (tests/gpu checks both).
+
+template <PolicyDesc PD>
+struct StaticPolicy {
+  __device__ __forceinline__ static constexpr PolicyDesc get() { return PD; }
+};
+
+struct RuntimePolicy {
+  PolicyDesc pd;
+  __device__ __forceinline__ PolicyDesc get() const { return pd; }
+};
+
+// The presets compiled as specialised kernels. A description is matched by value (not by name), so a
+// preset whose definition changes in policy/presets.cpp simply runs the generic kernels until this list
+// is updated: slower, never wrong.
+inline constexpr PolicyDesc kHfBf16 = [] {
+  PolicyDesc d;
+  d.coef = CoefRounding::bf16;
+  d.post_term = PostTerm::bf16;
+  d.order = TermOrder::mix_first;
+  d.mix_rounding = MixRounding::bf16;
+  d.grad_product = GradProduct::bf16;
+  d.param_grad_rounding = ParamGradRounding::bf16;
+  return d;
+}();
+inline constexpr PolicyDesc kFp32Seeded{};
+inline constexpr PolicyDesc kFp32SeededFma = [] {
+  PolicyDesc d;
+  d.mix_product = MixProduct::fused;
+  d.grad_contract = true;
+  return d;
+}();
+inline constexpr PolicyDesc kFp32MixFirst = [] {
+  PolicyDesc d;
+  d.order = TermOrder::mix_first;
+  return d;
+}();
+inline constexpr PolicyDesc kFp64 = [] {
+  PolicyDesc d;
+  d.accumulator = Accumulator::fp64;
+  return d;
+}();
+
+// ---- 16-byte chunks of 8 bf16 ----------------------------------------------------------------------------
+// A chunk is the canonical reduction chunk of operator_math.hpp (kReduceChunk elements) and one 16-byte
+// load or store when rows are aligned.
+
+inline constexpr int kChunk = kReduceChunk;
+static_assert(kChunk == 8, "a chunk is one 16-byte vector of bf16");
+
+struct Chunk {
+  uint32_t w[4] = {0, 0, 0, 0};
+};
+
+__device__ __forceinline__ float chunk_elem(const Chunk& c, int e) {
+  const uint32_t word = c.w[e >> 1];
+  return bf16_to_float(static_cast<bf16_bits>((e & 1) ? (word >> 16) : (word & 0xffffu)));
+}
+
+__device__ __forceinline__ void chunk_set(Chunk& c, int e, bf16_bits b) {
+  uint32_t& word = c.w[e >> 1];
+  word = (e & 1) ? ((word & 0xffffu) | (static_cast<uint32_t>(b) << 16)) : ((word & 0xffff0000u) | b);
+}
+
+// Aligned: one 16-byte load (n is 8). Otherwise element by element, the missing tail read as +0.
+template <bool kAligned>
+__device__ __forceinline__ Chunk load_chunk(const bf16_bits* p, int n) {
+  Chunk c;
+  if constexpr (kAligned) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+    c.w[0] = v.x, c.w[1] = v.y, c.w[2] = v.z, c.w[3] = v.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) chunk_set(c, e, e < n ? p[e] : bf16_bits{0});
+  }
+  return c;
+}
+
+template <bool kAligned>
+__device__ __forceinline__ void store_chunk(bf16_bits* p, int n, const Chunk& c) {
+  if constexpr (kAligned) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e)
+      if (e < n) p[e] = static_cast<bf16_bits>((e & 1) ? (c.w[e >> 1] >> 16) : (c.w[e >> 1] & 0xffffu));
+  }
+}
+
+__device__ __forceinline__ void push_fallback(const FallbackList& fb, FallbackKind kind, int64_t index) {
+  const unsigned long long slot = atomicAdd(fb.count, 1ull);
+  if (slot < fb.capacity)
+    fb.items[slot] = (static_cast<unsigned long long>(kind) << kFallbackKindShift) | static_cast<unsigned long long>(index);
+}
+
+// ---- Warp reductions: combine_lane_partials as a shuffle-down tree --------------------------------------
+// Lane l adds lane l+16, then l+8, +4, +2, +1: lane 0 ends with exactly the tree of combine_lane_partials.
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+template <class T>
+__device__ __forceinline__ T warp_tree_sum(T v) {
+#pragma unroll
+  for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) v = op_add(v, __shfl_down_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Any trivially copyable value, word by word.
+template <class T>
+__device__ __forceinline__ T shfl_down_words(const T& v, int offset) {
+  static_assert(sizeof(T) % 4 == 0 && std::is_trivially_copyable_v<T>);
+  uint32_t w[sizeof(T) / 4];
+  memcpy(w, &v, sizeof(T));
+#pragma unroll
+  for (int i = 0; i < int(sizeof(T) / 4); ++i) w[i] = __shfl_down_sync(kFullMask, w[i], offset);
+  T r;
+  memcpy(&r, w, sizeof(T));
+  return r;
+}
+
+// The exact accumulators merge along the same tree (certification does not depend on the order).
+__device__ __forceinline__ ExactAccumulator warp_tree_merge(ExactAccumulator acc) {
+#pragma unroll
+  for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) acc.merge(shfl_down_words(acc, offset));
+  return acc;
+}
+
+// ---- Launch helpers ----------------------------------------------------------------------------------------
+
+inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// 16-byte vector access is possible when every row starts on a 16-byte boundary.
+inline bool rows_aligned(const InputsView& in, const void* out_a, const void* out_b) {
+  return in.shape.D % kChunk == 0 && aligned16(in.x) && aligned16(in.residual) && aligned16(in.grad_out) &&
+         aligned16(out_a) && aligned16(out_b);
+}
+
+inline bool specialised_shape(const Shape& sh) { return sh.H == 1 || sh.H == 2 || sh.H == 4 || sh.H == 8; }
+
+// The preset whose compile-time copy equals pd, as a StaticPolicy passed to f; false when none does.
+template <class F>
+bool with_static_preset(const PolicyDesc& pd, F&& f) {
+  if (pd == kHfBf16) return f(StaticPolicy<kHfBf16>{});
+  if (pd == kFp32Seeded) return f(StaticPolicy<kFp32Seeded>{});
+  if (pd == kFp32SeededFma) return f(StaticPolicy<kFp32SeededFma>{});
+  if (pd == kFp32MixFirst) return f(StaticPolicy<kFp32MixFirst>{});
+  if (pd == kFp64) return f(StaticPolicy<kFp64>{});
+  return false;
+}
+
+template <class Pol>
+constexpr Mode static_mode() {
+  return mode_of(Pol::get().accumulator);
+}
+
+}  // namespace mhc::cuda::detail

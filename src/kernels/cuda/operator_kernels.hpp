@@ -1,0 +1,38 @@
+#pragma once
+// Device-level launchers of the operator's kernels: pointers are device memory, the whole call is
+// asynchronous on `stream`. operator_cuda.cpp streams host data through these; bench_cuda.cu times them.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/tensors.hpp"
+#include "policy/policy.hpp"
+
+namespace mhc::cuda {
+
+// Where the exact kernels list the elements their certified fast path could not certify (SPEC §2); the
+// host finishes those with the multiprecision fallback. Each item is (kind << 58) | index, index being
+// the element's offset in its output tensor. When more than `capacity` elements need it, `count` still
+// counts them all and the caller recomputes the whole slab on the CPU.
+struct FallbackList {
+  unsigned long long* count = nullptr;  // device counter, zeroed by the caller before the launch
+  unsigned long long* items = nullptr;
+  unsigned long long capacity = 0;
+};
+
+enum class FallbackKind : unsigned { out = 0, grad_x = 1, grad_residual = 2, grad_post = 3, grad_comb = 4 };
+inline constexpr int kFallbackKindShift = 58;
+inline constexpr unsigned long long kFallbackIndexMask = (1ull << kFallbackKindShift) - 1;
+
+// in.* and out.* are device pointers; out.*_f64 may be null (not stored). A backward needs in.grad_out.
+void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fallback,
+                    cudaStream_t stream);
+void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
+                     const FallbackList& fallback, cudaStream_t stream);
+
+// Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
+// with 16-byte aligned rows) or "generic" (any description, any H, any D). Tests cover both.
+const char* forward_kernel_family(const PolicyDesc& pd, const InputsView& in);
+const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in);
+
+}  // namespace mhc::cuda

@@ -1,0 +1,188 @@
+// The CUDA backend computes every policy bit-identically to the CPU path (SPEC §2 device independence):
+// forward and backward, H in {1,2,4,8} (and the generic kernels at H = 3 and 16), D in {31, 257, 2053, 4096},
+// token counts that are no multiple of any block size, a user-defined policy, and exact elements that need
+// the multiprecision fallback. Each test skips itself where no CUDA GPU is present.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/operator_cpu.hpp"
+#include "kernels/cuda/operator_cuda.hpp"
+#include "kernels/cuda/operator_kernels.hpp"
+#include "kernels/dispatch.hpp"
+#include "policy/policy.hpp"
+
+namespace mhc {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA GPU"
+
+// Peer-test style random inputs with a deterministic generator (independent of the code under test).
+Inputs random_inputs(const Shape& sh, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  Inputs in;
+  in.shape = sh;
+  auto fill = [&](std::vector<bf16_bits>& v, size_t n) {
+    v.resize(n);
+    for (auto& b : v) b = round_to_bf16_rne(normal(rng));
+  };
+  fill(in.x, size_t(sh.S) * sh.D);
+  fill(in.residual, size_t(sh.S) * sh.H * sh.D);
+  fill(in.grad_out, size_t(sh.S) * sh.H * sh.D);
+  in.post.resize(size_t(sh.S) * sh.H);
+  for (float& p : in.post) p = 2.0f * unit(rng);
+  in.comb.resize(size_t(sh.S) * sh.H * sh.H);
+  for (float& c : in.comb) c = unit(rng);
+  return in;
+}
+
+// NaN equals NaN (SPEC §5: payloads and signs of NaN are not compared); otherwise the bits must match.
+template <class T>
+bool same_bits(T a, T b) {
+  if constexpr (std::is_same_v<T, bf16_bits>) {
+    if (bf16_is_nan(a) && bf16_is_nan(b)) return true;
+    return a == b;
+  } else {
+    if (std::isnan(a) && std::isnan(b)) return true;
+    return std::memcmp(&a, &b, sizeof(T)) == 0;
+  }
+}
+
+template <class T>
+void expect_identical(const std::vector<T>& gpu, const std::vector<T>& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  int64_t mismatches = 0, first = -1;
+  for (size_t i = 0; i < gpu.size(); ++i)
+    if (!same_bits(gpu[i], cpu[i])) {
+      if (first < 0) first = int64_t(i);
+      ++mismatches;
+    }
+  if (first >= 0)
+    ADD_FAILURE() << what << ": " << mismatches << " of " << gpu.size() << " elements differ; first at index " << first
+                  << " (gpu " << double(gpu[first]) << ", cpu " << double(cpu[first]) << ")";
+}
+
+RunStats operator+(RunStats a, const RunStats& b) { return a += b; }
+
+void expect_policy_identical(const Policy& p, const Inputs& in, const std::string& label) {
+  const bool f64 = stores_f64(p.desc);
+  PolicyResult cpu, gpu;
+  allocate_result(cpu, in.shape, f64, true);
+  allocate_result(gpu, in.shape, f64, true);
+  // Poison the GPU results so an element no kernel writes cannot pass by accident.
+  std::fill(gpu.out.begin(), gpu.out.end(), bf16_bits{0x7fc1});
+  std::fill(gpu.grad_x.begin(), gpu.grad_x.end(), bf16_bits{0x1234});
+  std::fill(gpu.grad_residual.begin(), gpu.grad_residual.end(), bf16_bits{0x1234});
+  std::fill(gpu.grad_post.begin(), gpu.grad_post.end(), 12345.0f);
+  std::fill(gpu.grad_comb.begin(), gpu.grad_comb.end(), 12345.0f);
+  const RunStats cs = forward_cpu(p.desc, in.view(), forward_outputs(cpu)) + backward_cpu(p.desc, in.view(), backward_outputs(cpu));
+  const RunStats gs = cuda::forward(p.desc, in.view(), forward_outputs(gpu), ExactBackend::boost) +
+                      cuda::backward(p.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
+  const std::string at = fmt::format("{} {}", label, p.name);
+  expect_identical(gpu.out, cpu.out, at + " out");
+  expect_identical(gpu.grad_x, cpu.grad_x, at + " grad_x");
+  expect_identical(gpu.grad_residual, cpu.grad_residual, at + " grad_residual");
+  expect_identical(gpu.grad_post, cpu.grad_post, at + " grad_post");
+  expect_identical(gpu.grad_comb, cpu.grad_comb, at + " grad_comb");
+  expect_identical(gpu.out_f64, cpu.out_f64, at + " out_f64");
+  expect_identical(gpu.grad_x_f64, cpu.grad_x_f64, at + " grad_x_f64");
+  expect_identical(gpu.grad_residual_f64, cpu.grad_residual_f64, at + " grad_residual_f64");
+  expect_identical(gpu.grad_post_f64, cpu.grad_post_f64, at + " grad_post_f64");
+  expect_identical(gpu.grad_comb_f64, cpu.grad_comb_f64, at + " grad_comb_f64");
+  EXPECT_EQ(gs.exact_elements, cs.exact_elements) << at;
+  EXPECT_EQ(gs.fallback_elements, cs.fallback_elements) << at << ": the GPU and CPU certify the same elements";
+}
+
+struct ShapeCase {
+  int H;
+  int64_t D;
+};
+
+class EveryPresetMatchesCpu : public ::testing::TestWithParam<ShapeCase> {};
+
+// S = 37 tokens: not a multiple of the forward's block or the backward's warps per block.
+TEST_P(EveryPresetMatchesCpu, ForwardAndBackwardBitIdentical) {
+  SKIP_WITHOUT_GPU();
+  const ShapeCase c = GetParam();
+  const Inputs in = random_inputs(Shape{37, c.H, c.D}, 1000 + c.H * 7 + c.D);
+  for (const Policy& p : builtin_policies())
+    expect_policy_identical(p, in, fmt::format("H={} D={}", c.H, c.D));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SpecShapes, EveryPresetMatchesCpu,
+    ::testing::Values(ShapeCase{1, 31}, ShapeCase{1, 257}, ShapeCase{1, 2053}, ShapeCase{1, 4096},
+                      ShapeCase{2, 31}, ShapeCase{2, 257}, ShapeCase{2, 2053}, ShapeCase{2, 4096},
+                      ShapeCase{4, 31}, ShapeCase{4, 257}, ShapeCase{4, 2053}, ShapeCase{4, 4096},
+                      ShapeCase{8, 31}, ShapeCase{8, 257}, ShapeCase{8, 2053}, ShapeCase{8, 4096},
+                      ShapeCase{3, 264}, ShapeCase{16, 520}),  // generic kernels: H outside {1,2,4,8}
+    [](const ::testing::TestParamInfo<ShapeCase>& info) {
+      return fmt::format("H{}_D{}", info.param.H, info.param.D);
+    });
+
+TEST(CudaOperator, SpecialisedAndGenericKernelsAreBothExercised) {
+  SKIP_WITHOUT_GPU();
+  const PolicyDesc seeded = find_policy("fp32-seeded").desc;
+  InputsView aligned{Shape{5, 4, 4096}}, odd{Shape{5, 4, 2053}}, h3{Shape{5, 3, 4096}};
+  EXPECT_STREQ(cuda::forward_kernel_family(seeded, aligned), "specialised");
+  EXPECT_STREQ(cuda::backward_kernel_family(seeded, aligned), "specialised");
+  EXPECT_STREQ(cuda::forward_kernel_family(seeded, odd), "generic");
+  EXPECT_STREQ(cuda::backward_kernel_family(seeded, h3), "generic");
+}
+
+// A description that is no preset runs the generic kernels and still matches the CPU.
+TEST(CudaOperator, UserPolicyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Policy user{"user-pairwise-fused", {}, "test"};
+  user.desc.order = TermOrder::mix_pairwise;
+  user.desc.post_term = PostTerm::fused;
+  user.desc.mix_product = MixProduct::fused;
+  user.desc.coef = CoefRounding::bf16;
+  user.desc.grad_contract = true;
+  user.desc.param_grad_rounding = ParamGradRounding::bf16;
+  ASSERT_STREQ(cuda::forward_kernel_family(user.desc, InputsView{Shape{3, 4, 4096}}), "generic");
+  for (int H : {4, 5}) expect_policy_identical(user, random_inputs(Shape{23, H, 4096}, 77 + H), fmt::format("H={}", H));
+  Policy seeded_post_fused{"seeded-post-fused", {}, "test"};
+  seeded_post_fused.desc.post_term = PostTerm::fused;
+  seeded_post_fused.desc.mix_product = MixProduct::fused;
+  expect_policy_identical(seeded_post_fused, random_inputs(Shape{23, 8, 257}, 91), "H=8");
+}
+
+// Terms 2^200 apart: the double-double window cannot certify them, so the GPU lists them and the host
+// finishes them with the multiprecision fallback; the results must still equal the CPU's.
+TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
+  SKIP_WITHOUT_GPU();
+  Inputs in = random_inputs(Shape{9, 4, 264}, 5);
+  const bf16_bits huge = round_to_bf16_rne(0x1p100f), tiny = round_to_bf16_rne(0x1p-100f);
+  for (int64_t d = 0; d < in.shape.D; d += 3) {
+    in.x[2 * in.shape.D + d] = huge;
+    for (int k = 0; k < 4; ++k) in.residual[(2 * 4 + k) * in.shape.D + d] = tiny;
+    in.grad_out[(5 * 4 + 1) * in.shape.D + d] = (d % 2) ? huge : tiny;
+  }
+  const Policy& exact = find_policy("exact");
+  PolicyResult gpu;
+  allocate_result(gpu, in.shape, true, true);
+  RunStats st = cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+  EXPECT_GT(st.fallback_elements, 0) << "the planted elements should need the fallback";
+  st = cuda::backward(exact.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
+  EXPECT_GT(st.fallback_elements, 0);
+  expect_policy_identical(exact, in, "planted");
+}
+
+// `run --device auto` picks the GPU where one is present.
+TEST(CudaOperator, AutoDeviceIsTheGpu) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_EQ(resolve_device("auto"), Device::cuda);
+  EXPECT_NE(device_name(Device::cuda), "cpu");
+}
+
+}  // namespace
+}  // namespace mhc
