@@ -131,6 +131,7 @@ TEST(Gates, SurvivorFractionAndRelativeGates) {
   GateConfig g;
   g.every_tensor.min_survivor_frac = Threshold{0.75, "--min-survivor-frac"};
   g.relative_to = "fp32-seeded";
+  g.relative_metric = compare::RelativeMetric::max_abs;
   g.relative_factor = 2.0;  // 0.5 ≤ 2 × 0.25: passes exactly at the limit
   auto gates = compare::evaluate_gates(t, g);
   EXPECT_TRUE(find_gate(gates, "min-survivor-frac")->passed);

@@ -29,7 +29,7 @@ struct CompareCliOptions {
   double census_threshold = metrics::kDefaultCensusThreshold;
   std::string relative_to;
   double factor = 1.0;
-  std::string relative_metric = "max_abs";
+  std::string relative_metric = "max_truth_ulp";
   std::string format = "text";
   std::string report_path;
   int top_k = 10;
@@ -138,9 +138,9 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
     if (o.factor <= 0) throw InputError(fmt::format("--factor {} must be positive", o.factor));
     g.relative_to = o.relative_to;
     g.relative_factor = o.factor;
-    g.relative_metric = o.relative_metric == "rel_l2"          ? compare::RelativeMetric::rel_l2
-                        : o.relative_metric == "max_truth_ulp" ? compare::RelativeMetric::max_truth_ulp
-                                                               : compare::RelativeMetric::max_abs;
+    g.relative_metric = o.relative_metric == "rel_l2"    ? compare::RelativeMetric::rel_l2
+                        : o.relative_metric == "max_abs" ? compare::RelativeMetric::max_abs
+                                                         : compare::RelativeMetric::max_truth_ulp;
   }
   return c;
 }
