@@ -85,7 +85,7 @@ TEST(Gates, FailuresNameTheGateTheAmountAndThePlace) {
   ASSERT_TRUE(mm && mu);
   EXPECT_FALSE(mm->passed);
   EXPECT_EQ(mm->measured, 6);
-  EXPECT_EQ(mm->summary, "mismatched elements 6 / 8 > 5 allowed at (0, 1, 1)");
+  EXPECT_EQ(mm->summary, "mismatched elements 6 / 8 > 5 allowed; worst at (0, 1, 1)");
   EXPECT_FALSE(mu->passed);
   EXPECT_TRUE(std::isinf(mu->measured));
   EXPECT_EQ(mu->summary, "max ULP inf (a NaN/inf mismatch) > 1 allowed at (0, 1, 1)");
@@ -175,7 +175,7 @@ TEST(TextReport, ReadsLikeTorchTestingAndAgreesWithTheExitCode) {
       << text;
   EXPECT_NE(text.find("Greatest absolute difference: 0.01562 at index (0, 1, 2)"), std::string::npos) << text;
   EXPECT_NE(text.find("Greatest relative difference: 2 at index (0, 1, 0)"), std::string::npos) << text;
-  EXPECT_NE(text.find("Greatest ULP distance: inf bf16 ULP at index (0, 1, 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find("Greatest ULP distance: inf bf16 ULP at index (0, 1, 1) (a NaN/Inf mismatch)"), std::string::npos) << text;
   EXPECT_NE(text.find("0: 3  1: 1  2: 3  3-4: 0"), std::string::npos) << text;
   EXPECT_NE(text.find("FAIL out max-ulp: max ULP inf"), std::string::npos) << text;
   // The last line repeats the verdict.

@@ -63,12 +63,15 @@ namespace {
 
 std::string at(const TensorReport& t, int64_t flat) { return flat < 0 ? "" : " at " + t.index(flat); }
 
+// `where_label` says what the index is: the element that is the measured maximum ("at"), or, for counts, the
+// worst of the counted elements ("; worst at").
 GateOutcome upper_gate(const std::string& gate, const Threshold& th, double measured, int64_t where,
                        const std::string& what, const std::string& measured_text, const std::string& limit_text,
-                       const TensorReport& t) {
+                       const TensorReport& t, const char* where_label = " at") {
   GateOutcome g{gate, th.origin, !(measured > th.value) && !std::isnan(measured), measured, th.value, where, ""};
+  const std::string place = where < 0 ? "" : where_label + std::string(" ") + t.index(where);
   g.summary = g.passed ? fmt::format("{} {} ≤ {} allowed", what, measured_text, limit_text)
-                       : fmt::format("{} {} > {} allowed{}", what, measured_text, limit_text, at(t, where));
+                       : fmt::format("{} {} > {} allowed{}", what, measured_text, limit_text, place);
   return g;
 }
 
@@ -96,11 +99,11 @@ std::vector<GateOutcome> evaluate_gates(const TensorReport& t, const GateConfig&
   if (th.max_mismatch)
     out.push_back(upper_gate("max-mismatch", *th.max_mismatch, static_cast<double>(s.mismatched), s.max_ulp_index,
                              "mismatched elements", count(s.mismatched) + " / " + count(s.elements),
-                             count(static_cast<int64_t>(th.max_mismatch->value)), t));
+                             count(static_cast<int64_t>(th.max_mismatch->value)), t, "; worst at"));
   if (th.max_mismatch_frac)
     out.push_back(upper_gate("max-mismatch-frac", *th.max_mismatch_frac, s.mismatch_fraction(), s.max_ulp_index,
                              "mismatched fraction", metric(s.mismatch_fraction()), metric(th.max_mismatch_frac->value),
-                             t));
+                             t, "; worst at"));
   if (th.max_ulp) {
     const double measured = s.max_ulp == metrics::kInfiniteUlp ? INFINITY : static_cast<double>(s.max_ulp);
     std::string text = report::ulp(s.max_ulp) + (s.max_ulp == metrics::kInfiniteUlp ? " (a NaN/inf mismatch)" : "");

@@ -91,8 +91,8 @@ void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r)
     if (s.max_rel.index >= 0)
       o += fmt::format("  Greatest relative difference: {}{} (where the reference is non-zero)\n",
                        metric(s.max_rel.value), at(t, s.max_rel.index));
-    o += fmt::format("  Greatest ULP distance: {} {} ULP{}\n", ulp(s.max_ulp), metrics::format_name(t.format),
-                     at(t, s.max_ulp_index));
+    o += fmt::format("  Greatest ULP distance: {} {} ULP{}{}\n", ulp(s.max_ulp), metrics::format_name(t.format),
+                     at(t, s.max_ulp_index), s.max_ulp == metrics::kInfiniteUlp ? " (a NaN/Inf mismatch)" : "");
     o += "  ULP histogram:";
     for (int b = 0; b < metrics::kUlpBins; ++b)
       o += fmt::format("  {}: {}", metrics::ulp_bin_label(b), count(s.ulp_histogram[b]));
