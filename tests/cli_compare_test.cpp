@@ -133,6 +133,16 @@ TEST_F(CliCompare, RelativeGateRanksPoliciesAgainstTheTruth) {
   EXPECT_NE(r.out.find("FAIL out relative-to"), std::string::npos) << r.out;
 }
 
+TEST_F(CliCompare, UserPoliciesFromAPolicyFileAreComputedLikePresets) {
+  // All fields at their defaults is the fp32-seeded policy under another name (docs/policy-file.md).
+  std::ofstream(dir / "mine.policy") << "name = \"my-seeded\"\n";
+  CliRun r = mhcdiff("compare res.h5:fp32-seeded policy:my-seeded --inputs in.h5 --policy-file mine.policy "
+                     "--max-mismatch 0");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("reference  policy:my-seeded"), std::string::npos) << r.out;
+  expect_input_error("compare res.h5:fp32-seeded policy:my-seeded --inputs in.h5", "policy:my-seeded");
+}
+
 TEST_F(CliCompare, EachBadInputIsExitTwoWithOneMessage) {
   expect_input_error("compare missing.h5 res.h5:exact", "missing.h5: no such file");
   expect_input_error("compare exact res.h5:exact", "write policy:exact");

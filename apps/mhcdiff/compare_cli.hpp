@@ -33,6 +33,7 @@ struct CompareCliOptions {
   std::string format = "text";
   std::string report_path;
   int top_k = 10;
+  std::vector<std::string> policy_files;
   std::string device = "auto";
   int threads = 0;
   std::string comb_layout = "src,dst";
@@ -76,6 +77,8 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
       ->capture_default_str();
   cmd->add_option("--report", o.report_path, "write the --format report to FILE; the text summary still goes to stdout");
   cmd->add_option("--top-k", o.top_k, "worst offenders listed per tensor")->check(CLI::Range(0, 10000))->capture_default_str();
+  cmd->add_option("--policy-file", o.policy_files,
+                  "a user policy (docs/policy-file.md) usable as policy:NAME and --relative-to NAME; repeatable");
   cmd->add_option("--device", o.device, "where policy: sides and the exact truth are computed")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
@@ -103,6 +106,7 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   c.tensors = o.tensors;
   c.top_k = o.top_k;
   c.census_threshold = o.census_threshold;
+  c.policy_files = o.policy_files;
   c.device = o.device;
   c.threads = o.threads;
   c.read.comb_layout = o.comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;

@@ -15,6 +15,7 @@
 #include "kernels/cpu/operator_cpu.hpp"
 #include "kernels/dispatch.hpp"
 #include "policy/policy.hpp"
+#include "policy/policy_file.hpp"
 
 namespace mhc::compare {
 
@@ -112,11 +113,23 @@ bool group_is_exact(const io::TensorFile& f, const std::string& group) {
   }
 }
 
-Side open_side(const std::string& text, const io::InputReader* inputs) {
+// Built-ins (and their aliases) first, then the --policy-file policies.
+const Policy& lookup_policy(const std::string& name, const std::vector<Policy>& user, const std::string& context) {
+  try {
+    return find_policy(name);
+  } catch (const std::invalid_argument& e) {
+    for (const auto& p : user)
+      if (p.name == name) return p;
+    throw InputError(fmt::format("{}: {}{}", context, e.what(),
+                                 user.empty() ? "" : " (nor is it defined by a --policy-file)"));
+  }
+}
+
+Side open_side(const std::string& text, const io::InputReader* inputs, const std::vector<Policy>& user) {
   Side side;
   side.spec = parse_side(text);
   if (side.spec.is_policy) {
-    side.policy = &find_policy(side.spec.policy);
+    side.policy = &lookup_policy(side.spec.policy, user, text);
     side.exact = side.policy->desc.accumulator == Accumulator::exact;
     if (!inputs)
       throw InputError(fmt::format("{} is computed from inputs: pass --inputs in.h5 (a results file written by "
@@ -291,9 +304,10 @@ SideSpec parse_side(const std::string& text) {
     const std::string name = text.substr(7);
     try {
       s.policy = find_policy(name).name;
-    } catch (const std::invalid_argument& e) {
-      throw InputError(fmt::format("{}: {}", text, e.what()));
+    } catch (const std::invalid_argument&) {
+      s.policy = name;  // perhaps a --policy-file policy
     }
+    if (s.policy.empty()) throw InputError(fmt::format("{}: name a policy after 'policy:'", text));
     return s;
   }
   std::error_code ec;
@@ -319,8 +333,10 @@ CompareReport run_compare(const CompareOptions& opt) {
   // ---- resolve everything before any work, so a bad request fails fast with exit 2 ----
   std::unique_ptr<io::InputReader> reader;
   if (!opt.inputs.empty()) reader = std::make_unique<io::InputReader>(opt.inputs, opt.read);
-  Side cand = open_side(opt.candidate, reader.get());
-  Side ref = open_side(opt.reference, reader.get());
+  const std::vector<Policy> user_policies = opt.policy_files.empty() ? std::vector<Policy>{}
+                                                                     : resolve_policies("", opt.policy_files);
+  Side cand = open_side(opt.candidate, reader.get(), user_policies);
+  Side ref = open_side(opt.reference, reader.get(), user_policies);
   const std::vector<std::string> names = select_tensors(opt, cand, ref);
 
   std::optional<Shape> shape;
@@ -345,11 +361,7 @@ CompareReport run_compare(const CompareOptions& opt) {
                      "pass --inputs in.h5");
   const Policy* relative = nullptr;
   if (!opt.gates.relative_to.empty()) {
-    try {
-      relative = &find_policy(opt.gates.relative_to);
-    } catch (const std::invalid_argument& e) {
-      throw InputError(fmt::format("--relative-to: {}", e.what()));
-    }
+    relative = &lookup_policy(opt.gates.relative_to, user_policies, "--relative-to");
     if (!reader)
       throw InputError(fmt::format("--relative-to {} computes that policy and the exact truth from the inputs: pass "
                                    "--inputs in.h5", opt.gates.relative_to));

@@ -12,7 +12,8 @@
 namespace mhc::compare {
 
 // One side of a comparison as the user wrote it: "file.h5", "file.h5:/results/NAME" (or ":NAME"), or
-// "policy:NAME" (computed from the inputs). Throws InputError for a file that does not exist.
+// "policy:NAME" (computed from the inputs). Throws InputError for a file that does not exist. A policy name that
+// is not a built-in is kept as written (it may name a --policy-file policy; run_compare checks it).
 struct SideSpec {
   bool is_policy = false;
   std::string policy;  // canonical name, for policy sides
@@ -33,6 +34,7 @@ struct CompareOptions {
   GateConfig gates = default_gates();
   int top_k = 10;
   double census_threshold = metrics::kDefaultCensusThreshold;
+  std::vector<std::string> policy_files;  // --policy-file: user policies usable as policy:NAME and --relative-to
   std::string device = "auto";        // for policy: sides and the exact truth
   int threads = 0;
   int64_t slab_elements = int64_t{1} << 22;  // elements of the widest tensor per slab
