@@ -117,11 +117,12 @@ void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r)
   if (!s.worst.empty()) {
     const size_t shown = std::min<size_t>(s.worst.size(), 5);
     o += fmt::format("  Worst {} of {} (by ULP, then |Δ|):\n", shown, count(s.mismatched));
-    o += fmt::format("    {:<20} {:>16} {:>16} {:>12} {:>6}\n", "index", "candidate", "reference", "|Δ|", "ULP");
+    const int vw = t.format == metrics::Format::f64 ? 24 : 16;  // shortest round-trip binary64 needs up to 24
+    o += fmt::format("    {:<20} {:>{}} {:>{}} {:>12} {:>6}\n", "index", "candidate", vw, "reference", vw, "|Δ|", "ULP");
     for (size_t i = 0; i < shown; ++i) {
       const metrics::Offender& w = s.worst[i];
-      o += fmt::format("    {:<20} {:>16} {:>16} {:>12} {:>6}\n", t.index(w.index), value(w.candidate, t.format),
-                       value(w.reference, t.format), metric(w.abs_diff), ulp(w.ulp));
+      o += fmt::format("    {:<20} {:>{}} {:>{}} {:>12} {:>6}\n", t.index(w.index), value(w.candidate, t.format), vw,
+                       value(w.reference, t.format), vw, metric(w.abs_diff), ulp(w.ulp));
     }
   }
   if (t.gates.empty()) {
