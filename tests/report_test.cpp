@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "compare/gates.hpp"
 #include "report/json_writer.hpp"
 #include "report/numbers.hpp"
@@ -200,21 +202,29 @@ TEST(JsonWriter, EscapesEveryControlCharacterQuoteAndBackslash) {
 
 bool have_python() { return std::system("/usr/bin/python3 -c 'import json' > /dev/null 2>&1") == 0; }
 
-std::filesystem::path write_temp(const std::string& name, const std::string& content) {
-  const auto dir = std::filesystem::temp_directory_path() / ("mhcdiff_report_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const auto p = dir / name;
-  std::ofstream(p) << content;
-  return p;
-}
+// A scratch directory removed when the test ends.
+struct ScratchDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("mhcdiff_report_test_" + std::to_string(::getpid()));
+  ScratchDir() { std::filesystem::create_directories(path); }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::filesystem::path write(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name) << content;
+    return path / name;
+  }
+};
 
 // A second JSON implementation (Python's) must parse the report, and it must validate against the documented
 // schema; the hostile candidate name must round-trip exactly.
 TEST(JsonReport, ValidatesAgainstTheDocumentedSchema) {
   if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 not available";
+  const ScratchDir scratch;
   for (bool failing : {false, true}) {
     const CompareReport r = sample_report(failing);
-    const auto doc = write_temp("report.json", report::render_json(r));
+    const auto doc = scratch.write("report.json", report::render_json(r));
     const std::string schema = std::string(MHCDIFF_SOURCE_DIR) + "/docs/report-schema.json";
     const std::string checker = std::string(MHCDIFF_SOURCE_DIR) + "/tests/refs/json_schema_check.py";
     EXPECT_EQ(std::system(("/usr/bin/python3 " + checker + " " + schema + " " + doc.string()).c_str()), 0)
@@ -232,8 +242,9 @@ TEST(JsonReport, ValidatesAgainstTheDocumentedSchema) {
 
 TEST(JunitReport, IsWellFormedWithOneCasePerTensorAndGate) {
   if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 not available";
+  const ScratchDir scratch;
   const CompareReport r = sample_report(true);
-  const auto doc = write_temp("report.xml", report::render_junit(r));
+  const auto doc = scratch.write("report.xml", report::render_junit(r));
   // out: max-ulp (fails); grad_post: rel-l2, norm-max, max-ulp (pass): 4 cases, 1 failure.
   const std::string probe =
       "/usr/bin/python3 -c \"import sys, xml.etree.ElementTree as E; s=E.parse(sys.argv[1]).getroot(); "
