@@ -58,7 +58,7 @@ rm -rf "$DUMP"
 
 stage "done"
 echo
-cut -d, -f2- "$OUT/bench.csv" | column -s, -t
+cut -d, -f2- "$OUT/bench.csv" | tr , '\t'
 [[ -f "$OUT/torch_peer.log" ]] && grep -v "^W\|^I\|warn" "$OUT/torch_peer.log" | tail -60
 echo "gpu tests rc=$tests_rc"
 exit $tests_rc

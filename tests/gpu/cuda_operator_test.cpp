@@ -167,7 +167,7 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
     for (int k = 0; k < 4; ++k) in.residual[(2 * 4 + k) * in.shape.D + d] = tiny;
     in.grad_out[(5 * 4 + 1) * in.shape.D + d] = (d % 2) ? huge : tiny;
   }
-  const Policy& exact = find_policy("exact");
+  const Policy exact = find_policy("exact");  // a copy: find_policy takes a temporary string
   PolicyResult gpu;
   allocate_result(gpu, in.shape, true, true);
   RunStats st = cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
@@ -175,6 +175,23 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
   st = cuda::backward(exact.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
   EXPECT_GT(st.fallback_elements, 0);
   expect_policy_identical(exact, in, "planted");
+}
+
+// Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware
+// conversion instruction for RNb) must give the CPU's bits there too, including infinities.
+TEST(CudaOperator, SubnormalAndOverflowingOutputsRoundLikeTheCpu) {
+  SKIP_WITHOUT_GPU();
+  Inputs in = random_inputs(Shape{40, 4, 256}, 11);
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int64_t s = 0; s < in.shape.S; ++s)
+    for (int h = 0; h < 4; ++h) {
+      // Half the tokens land near 2^-133..2^-120 (bf16 and fp32 subnormals), half near 2^100..2^127.
+      const int e = s % 2 ? -140 + int(s % 20) : 100 + int(s % 28);
+      in.post[s * 4 + h] = std::ldexp(1.0f + unit(rng), e);
+      for (int k = 0; k < 4; ++k) in.comb[(s * 4 + k) * 4 + h] = std::ldexp(unit(rng), s % 2 ? -135 : 90);
+    }
+  for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, "tiny/huge");
 }
 
 // `run --device auto` picks the GPU where one is present.

@@ -116,6 +116,10 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
 // tile, so each partial runs in the canonical order. ∂x and ∂residual are computed in the first pass.
 
 constexpr int kTileElems = kReduceLanes * kChunk;
+// Lane l reads elements 8l..8l+7 of a row: one padding float after every 32 makes those reads hit 32
+// different banks (element i is stored at i + i/32).
+constexpr int kTileStride = kTileElems + kTileElems / 32;
+__device__ __forceinline__ int padded(int i) { return i + i / 32; }
 constexpr int kGenericMaxWarps = 16;
 
 template <Mode M>
@@ -132,13 +136,16 @@ constexpr int generic_qpw() {
   return M == Mode::exact ? 4 : M == Mode::fp64 ? 8 : 12;
 }
 
-template <Mode M>
+// HC is H as a constant for H in {1, 2, 4, 8} (the per-element stream sums then keep g[] in registers),
+// 0 for any other H (read at run time).
+template <Mode M, int HC>
 __global__ void __launch_bounds__(kGenericMaxWarps * 32)
     backward_generic_kernel(PolicyDesc pd, InputsView in, BackwardOutputs out, FallbackList fb) {
   using Acc = typename GenericAcc<M>::type;
   constexpr int QPW = generic_qpw<M>();
-  extern __shared__ float tile[];  // rows: x, residual[0..H), grad_out[0..H); kTileElems floats each
-  const int H = in.shape.H;
+  constexpr int HA = HC > 0 ? HC : kMaxStreams;
+  extern __shared__ float tile[];  // rows: x, residual[0..H), grad_out[0..H); kTileStride floats each
+  const int H = HC > 0 ? HC : in.shape.H;
   const int64_t D = in.shape.D;
   const int nq = H + H * H;  // q < H: ∂post[q]; else ∂comb[hi, ho] with q - H = hi·H + ho
   const int nwarps = blockDim.x / 32;
@@ -148,8 +155,8 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32)
   const int passes = (nq + per_pass - 1) / per_pass;
   const int rows = 1 + 2 * H;
   const float* xs = tile;
-  const float* rs = tile + kTileElems;
-  const float* gs = tile + (1 + H) * kTileElems;
+  const float* rs = tile + kTileStride;
+  const float* gs = tile + (1 + H) * kTileStride;
 
   for (int64_t s = blockIdx.x; s < in.shape.S; s += gridDim.x) {
     const float* post = in.post + s * H;
@@ -167,7 +174,7 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32)
           const bf16_bits* src = row == 0   ? in.x + s * D
                                  : row <= H ? in.residual + (s * H + row - 1) * D
                                             : in.grad_out + (s * H + row - 1 - H) * D;
-          tile[i] = d < D ? bf16_to_float(src[d]) : 0.0f;
+          tile[row * kTileStride + padded(i % kTileElems)] = d < D ? bf16_to_float(src[d]) : 0.0f;
         }
         __syncthreads();
         if (pass == 0) {
@@ -176,8 +183,10 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32)
             const int e = i % kTileElems;
             const int64_t d = t0 + e;
             if (d >= D) continue;
-            float g[kMaxStreams];
-            for (int ho = 0; ho < H; ++ho) g[ho] = gs[ho * kTileElems + e];
+            float g[HA];
+#pragma unroll
+            for (int ho = 0; ho < HA; ++ho)
+              if (ho < H) g[ho] = gs[ho * kTileStride + padded(e)];
             const float* w = which == 0 ? post : comb + (which - 1) * H;
             const int64_t index = which == 0 ? s * D + d : (s * H + which - 1) * D + d;
             bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
@@ -202,14 +211,14 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32)
           if (q >= nq) break;
           const bool post_path = q < H;
           const int ho = post_path ? q : (q - H) % H;
-          const float* a = gs + ho * kTileElems;
-          const float* b = post_path ? xs : rs + ((q - H) / H) * kTileElems;
+          const float* a = gs + ho * kTileStride;
+          const float* b = post_path ? xs : rs + ((q - H) / H) * kTileStride;
 #pragma unroll
           for (int e = 0; e < kChunk; ++e) {
             const int el = lane * kChunk + e;
             if (t0 + el >= D) break;
-            if constexpr (M == Mode::exact) acc[qi].add(mul_rn64(a[el], b[el]));
-            else acc[qi] = dot_step<Acc>(pd, acc[qi], a[el], b[el], post_path);
+            if constexpr (M == Mode::exact) acc[qi].add(mul_rn64(a[padded(el)], b[padded(el)]));
+            else acc[qi] = dot_step<Acc>(pd, acc[qi], a[padded(el)], b[padded(el)], post_path);
           }
         }
       }
@@ -266,15 +275,27 @@ bool launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOu
   return true;
 }
 
+template <Mode M, int HC>
+void launch_backward_generic_kernel(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
+                                    const FallbackList& fb, cudaStream_t stream) {
+  const int nq = in.shape.H + in.shape.H * in.shape.H;
+  const int warps = std::clamp((nq + generic_qpw<M>() - 1) / generic_qpw<M>(), 1, kGenericMaxWarps);
+  const size_t smem = size_t(1 + 2 * in.shape.H) * kTileStride * sizeof(float);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(in.shape.S, 1 << 24));
+  backward_generic_kernel<M, HC><<<blocks, warps * 32, smem, stream>>>(pd, in, out, fb);
+  MHC_CUDA_CHECK_LAUNCH();
+}
+
 template <Mode M>
 void launch_backward_generic(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                              const FallbackList& fb, cudaStream_t stream) {
-  const int nq = in.shape.H + in.shape.H * in.shape.H;
-  const int warps = std::clamp((nq + generic_qpw<M>() - 1) / generic_qpw<M>(), 1, kGenericMaxWarps);
-  const size_t smem = size_t(1 + 2 * in.shape.H) * kTileElems * sizeof(float);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(in.shape.S, 1 << 24));
-  backward_generic_kernel<M><<<blocks, warps * 32, smem, stream>>>(pd, in, out, fb);
-  MHC_CUDA_CHECK_LAUNCH();
+  switch (in.shape.H) {
+    case 1: return launch_backward_generic_kernel<M, 1>(pd, in, out, fb, stream);
+    case 2: return launch_backward_generic_kernel<M, 2>(pd, in, out, fb, stream);
+    case 4: return launch_backward_generic_kernel<M, 4>(pd, in, out, fb, stream);
+    case 8: return launch_backward_generic_kernel<M, 8>(pd, in, out, fb, stream);
+    default: return launch_backward_generic_kernel<M, 0>(pd, in, out, fb, stream);
+  }
 }
 
 bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out) {
