@@ -8,6 +8,8 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "investigate/fingerprint.hpp"
 #include "numerics/bf16.hpp"
 
@@ -125,7 +127,7 @@ FingerprintOptions small_options() {
 
 std::string names(const std::vector<Variant>& vs) {
   std::string s;
-  for (const Variant& v : vs) s += "\n  " + describe(v);
+  for (const Variant& v : vs) s += fmt::format("\n  {}", describe(v));
   return s;
 }
 

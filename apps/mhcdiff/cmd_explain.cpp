@@ -1,12 +1,39 @@
-// Placeholder until the explain command lands: registers the name and refuses to run.
+// mhcdiff explain: one output element through every policy, each rounding step shown (SPEC §6).
+#include <cstdio>
+#include <memory>
+
 #include "commands.hpp"
-#include "io/errors.hpp"
+#include "investigate/sources.hpp"
+#include "policy/policy_file.hpp"
 
 namespace mhc::cli {
 
 void add_explain_command(CLI::App& app, CommandContext&) {
-  app.add_subcommand("explain", "(not available in this build yet)")->callback([] {
-    throw InputError("'explain' is not available in this build yet");
+  struct Args {
+    std::string input, at, policies = "all", format = "text", comb_layout = "src,dst";
+    std::vector<std::string> policy_files;
+    bool round_inputs = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("explain", "trace one output element through every policy, rounding step by step");
+  cmd->add_option("input", args->input, "input file (mhcdiff/1, /inputs group)")->required();
+  cmd->add_option("--at", args->at, "the element: s,ho,d (token, output stream, hidden index)")->required();
+  cmd->add_option("--policies", args->policies, "all, or a comma-separated list of policies/aliases")->capture_default_str();
+  cmd->add_option("--policy-file", args->policy_files, "a user policy (docs/policy-file.md); repeatable");
+  cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  cmd->add_option("--comb-layout", args->comb_layout, "orientation of comb in the input: src,dst or dst,src")
+      ->check(CLI::IsMember({"src,dst", "dst,src"}))
+      ->capture_default_str();
+  cmd->add_flag("--round-inputs", args->round_inputs, "round float32/float64 inputs that are not exactly bf16");
+  cmd->callback([args] {
+    io::ReadOptions read;
+    read.comb_layout = args->comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
+    read.round_inputs = args->round_inputs;
+    const auto policies = resolve_policies(args->policies, args->policy_files);
+    const auto e = investigate::explain_file(args->input, investigate::parse_element_at(args->at), policies, read);
+    const std::string out =
+        args->format == "json" ? investigate::format_explanation_json(e) : investigate::format_explanation_text(e);
+    std::fputs(out.c_str(), stdout);
   });
 }
 

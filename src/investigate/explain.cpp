@@ -210,13 +210,15 @@ std::string format_explanation_json(const Explanation& e) {
   out += fmt::format("  \"at\": {{\"s\": {}, \"ho\": {}, \"d\": {}}},\n", e.at.s, e.at.ho, e.at.d);
   std::string cs, rs;
   for (int k = 0; k < in.H; ++k) {
-    cs += (k ? ", " : "") + num(double(in.c[k]));
-    rs += (k ? ", " : "") + num(double(in.r[k]));
+    cs += k ? ", " : "";
+    cs += num(double(in.c[k]));
+    rs += k ? ", " : "";
+    rs += num(double(in.r[k]));
   }
   out += fmt::format("  \"inputs\": {{\"p\": {}, \"x\": {}, \"c\": [{}], \"r\": [{}]}},\n", num(double(in.p)), num(double(in.x)),
                      cs, rs);
   std::string terms;
-  for (double t : e.terms) terms += (terms.empty() ? "" : ", ") + num(t);
+  for (double t : e.terms) { terms += terms.empty() ? "" : ", "; terms += num(t); }
   out += fmt::format("  \"exact\": {{\"terms\": [{}], \"rn64\": {}, \"bf16\": {}, \"bf16_bits\": \"0x{:04x}\", \"fallback\": {}, "
                      "\"kappa\": {}}},\n",
                      terms, num(e.exact_rn64), num(double(bf16_to_float(e.exact_bf16))), e.exact_bf16,
@@ -232,7 +234,7 @@ std::string format_explanation_json(const Explanation& e) {
     out += fmt::format("{}\n    {{\"name\": {}, \"description\": {}, \"out\": {}, \"out_bits\": \"0x{:04x}\", {}\"error_ulps\": {}, "
                        "\"correctly_rounded\": {}, \"steps\": [{}]}}",
                        i ? "," : "", str(t.policy.name), str(describe(t.policy.desc)), num(double(bf16_to_float(t.out))), t.out,
-                       t.has_f64 ? "\"out_f64\": " + num(t.out_f64) + ", " : "", num(t.error_ulps),
+                       t.has_f64 ? fmt::format("\"out_f64\": {}, ", num(t.out_f64)) : std::string(), num(t.error_ulps),
                        boolean(t.correctly_rounded), steps);
   }
   out += "]\n}\n";

@@ -262,7 +262,7 @@ std::string flat_index(const Shape& sh, int64_t flat) {
 
 std::string counts_list(const std::vector<int64_t>& v) {
   std::string s;
-  for (int64_t n : v) s += (s.empty() ? "" : " ") + std::to_string(n);
+  for (int64_t n : v) { s += s.empty() ? "" : " "; s += std::to_string(n); }
   return s;
 }
 
@@ -271,7 +271,7 @@ std::string picks_text(const Mixture& m) {
   for (size_t c = 0; c < m.pick.size(); ++c) (m.pick[c] ? b : a).push_back(int64_t(c));
   auto set = [](const std::vector<int64_t>& v) {
     std::string s;
-    for (int64_t c : v) s += (s.empty() ? "" : ",") + std::to_string(c);
+    for (int64_t c : v) { s += s.empty() ? "" : ","; s += std::to_string(c); }
     return "{" + s + "}";
   };
   const std::string key = m.period > 0 ? fmt::format("d mod {}", m.period) : "ho";
@@ -293,7 +293,7 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
     if (r.exact_matches.size() > 1) {
       out += fmt::format("  {} other variant(s) give the same bits on these inputs (indistinguishable here):\n",
                          r.exact_matches.size() - 1);
-      for (size_t i = 1; i < r.exact_matches.size(); ++i) out += "    " + describe(r.exact_matches[i]) + "\n";
+      for (size_t i = 1; i < r.exact_matches.size(); ++i) out += fmt::format("    {}\n", describe(r.exact_matches[i]));
     }
   } else {
     out += "\nNo lattice variant matches bit-exactly.\n";
@@ -340,7 +340,7 @@ std::string format_fingerprint_json(const FingerprintReport& r, int top) {
   };
   auto list = [](const std::vector<int64_t>& v) {
     std::string s;
-    for (int64_t n : v) s += (s.empty() ? "" : ", ") + std::to_string(n);
+    for (int64_t n : v) { s += s.empty() ? "" : ", "; s += std::to_string(n); }
     return "[" + s + "]";
   };
   std::string out = "{\n  \"schema\": \"mhcdiff.fingerprint/1\",\n";
@@ -348,7 +348,7 @@ std::string format_fingerprint_json(const FingerprintReport& r, int top) {
   out += fmt::format("  \"lattice_size\": {}, \"sampled_tokens\": {}, \"sampled_elements\": {},\n", r.lattice_size,
                      r.sampled_tokens, r.sampled_elements);
   out += fmt::format("  \"matched\": {},\n  \"exact_matches\": [", boolean(r.matched()));
-  for (size_t i = 0; i < r.exact_matches.size(); ++i) out += (i ? ", " : "") + variant_obj(r.exact_matches[i]);
+  for (size_t i = 0; i < r.exact_matches.size(); ++i) { out += i ? ", " : ""; out += variant_obj(r.exact_matches[i]); }
   out += "],\n  \"ranking\": [";
   int shown = 0;
   for (const RankedVariant& rv : r.ranking) {
@@ -374,7 +374,7 @@ std::string format_fingerprint_json(const FingerprintReport& r, int top) {
   for (size_t i = 0; i < r.mixtures.size(); ++i) {
     const Mixture& m = r.mixtures[i];
     std::string picks;
-    for (int p : m.pick) picks += (picks.empty() ? "" : ", ") + std::to_string(p);
+    for (int p : m.pick) { picks += picks.empty() ? "" : ", "; picks += std::to_string(p); }
     out += fmt::format("{}\n    {{\"a\": {}, \"b\": {}, \"pattern\": {}, \"classes\": {}, \"pick\": [{}], \"mismatched\": {}}}",
                        i ? "," : "", variant_obj(m.a), variant_obj(m.b), str(m.pattern), m.classes, picks, m.mismatched);
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernels/operator_math.hpp"
 #include "numerics/exact_sum.hpp"
 
@@ -44,7 +46,7 @@ struct Traced {
   explicit Traced(double d) : v(static_cast<F>(d)) {}
 
   std::string label() const {
-    if (id > 0) return "t" + std::to_string(id);
+    if (id > 0) return fmt::format("t{}", id);
     TraceContext* ctx = TraceContext::current();
     return ctx ? ctx->name_of(static_cast<double>(v)) : std::to_string(v);
   }
@@ -72,14 +74,14 @@ Traced<F> record(F value, const std::string& expr, const char* format, double lo
   TraceContext* ctx = TraceContext::current();
   if (!ctx) return t;
   t.id = ctx->next_id++;
-  ctx->steps.push_back({"t" + std::to_string(t.id), expr, format, static_cast<double>(value), lost});
+  ctx->steps.push_back({fmt::format("t{}", t.id), expr, format, static_cast<double>(value), lost});
   return t;
 }
 
 // The error of a binary64 product, exactly: a·b − RN64(a·b) = fma(a, b, −RN64(a·b)).
 inline double product_error(double a, double b, double p) { return std::fma(a, b, -p); }
 
-inline std::string fmt_expr(const char* rounding, const std::string& e) { return std::string(rounding) + "(" + e + ")"; }
+inline std::string fmt_expr(const char* rounding, const std::string& e) { return fmt::format("{}({})", rounding, e); }
 
 }  // namespace detail
 

@@ -57,7 +57,7 @@ bool value_of(const NameTable<E>& table, std::string word, E& out) {
 template <class E>
 std::string allowed(const NameTable<E>& table) {
   std::string s;
-  for (const auto& [e, n] : table) s += (s.empty() ? "" : ", ") + std::string(n);
+  for (const auto& [e, n] : table) { s += s.empty() ? "" : ", "; s += std::string(n); }
   return s;
 }
 
@@ -191,8 +191,8 @@ Policy read_policy_file(const std::string& path) {
 
 std::string format_policy_text(const Policy& policy) {
   std::string out = "# mhcdiff policy (docs/policy-file.md)\n";
-  out += "name = " + quote(policy.name) + "\n";
-  if (!policy.models.empty()) out += "models = " + quote(policy.models) + "\n";
+  out += fmt::format("name = {}\n", quote(policy.name));
+  if (!policy.models.empty()) out += fmt::format("models = {}\n", quote(policy.models));
   for (const Field& f : fields()) out += fmt::format("{} = {}\n", f.key, f.get(policy.desc));
   return out;
 }

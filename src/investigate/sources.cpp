@@ -1,0 +1,154 @@
+#include "investigate/sources.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "io/errors.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
+
+namespace mhc::investigate {
+
+OutSource resolve_out_source(const std::string& text, const std::vector<Policy>& user_policies) {
+  OutSource src;
+  src.text = text;
+  if (text.rfind("policy:", 0) == 0) {
+    const std::string name = text.substr(7);
+    auto it = std::find_if(user_policies.begin(), user_policies.end(), [&](const Policy& p) { return p.name == name; });
+    try {
+      src.policy = it != user_policies.end() ? *it : find_policy(name);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(fmt::format("{}: {}", text, e.what()));
+    }
+    src.is_policy = true;
+    src.label = src.policy.name;
+    return src;
+  }
+  // "file.h5:suffix" — the last ':' that is followed by something other than a Windows drive's '\' or '/'.
+  std::string path = text, suffix;
+  const size_t colon = text.rfind(':');
+  if (colon != std::string::npos && colon > 0 && !std::filesystem::exists(text)) {
+    path = text.substr(0, colon);
+    suffix = text.substr(colon + 1);
+  }
+  const io::TensorFile file(path);
+  src.path = path;
+  auto use = [&](const std::string& dataset) {
+    src.dataset = dataset;
+    return src;
+  };
+  if (!suffix.empty()) {
+    if (suffix.front() != '/') suffix = "/results/" + suffix;
+    if (file.exists(suffix)) {
+      src.label = suffix;
+      return use(suffix);
+    }
+    if (file.exists(suffix + "/out")) {
+      src.label = suffix.substr(suffix.rfind('/') + 1);
+      return use(suffix + "/out");
+    }
+    throw InputError(fmt::format("{} has no dataset {} and no {}/out", path, suffix, suffix));
+  }
+  const std::vector<std::string> groups = file.policies();
+  std::vector<std::string> with_out;
+  for (const std::string& g : groups)
+    if (file.exists("/results/" + g + "/out")) with_out.push_back(g);
+  if (with_out.size() == 1) {
+    src.label = with_out.front();
+    return use("/results/" + with_out.front() + "/out");
+  }
+  if (with_out.empty() && file.exists("/out")) {
+    src.label = "out";
+    return use("/out");
+  }
+  std::string list;
+  for (const std::string& g : with_out) { list += list.empty() ? "" : ", "; list += g; }
+  throw InputError(with_out.empty()
+                       ? fmt::format("{} holds no /results/<name>/out dataset and no /out; expected a candidate output", path)
+                       : fmt::format("{} holds several results ({}); say which one, e.g. {}:{}", path, list, path,
+                                     with_out.front()));
+}
+
+int64_t slab_tokens(const Shape& shape) {
+  const int64_t per_token = std::max<int64_t>(1, int64_t(shape.H) * shape.D);
+  return std::clamp<int64_t>((int64_t{1} << 22) / per_token, 1, std::max<int64_t>(1, shape.S));
+}
+
+void check_out_shape(const OutSource& src, const Shape& shape) {
+  if (src.is_policy) return;
+  const io::TensorFile file(src.path);
+  const io::TensorInfo info = file.info(src.dataset);
+  int64_t n = 1;
+  for (int64_t d : info.dims) n *= d;
+  const int64_t want = shape.S * shape.H * shape.D;
+  if (n != want || info.dims.size() < 2 || info.dims.back() != shape.D)
+    throw InputError(fmt::format("{} dataset {} holds {} elements with last dimension {}; the inputs need out [S={}, H={}, D={}]",
+                                 src.path, src.dataset, n, info.dims.empty() ? 0 : info.dims.back(), shape.S, shape.H,
+                                 shape.D));
+}
+
+std::vector<bf16_bits> read_out_slab(const OutSource& src, const Inputs& slab, int64_t s0, int threads) {
+  const Shape& sh = slab.shape;
+  std::vector<bf16_bits> out(size_t(sh.S) * sh.H * sh.D);
+  if (src.is_policy) {
+    PolicyResult r;
+    allocate_result(r, sh, stores_f64(src.policy.desc), false);
+    CpuOptions opt;
+    opt.threads = threads;
+    forward_cpu(src.policy.desc, slab.view(), forward_outputs(r), opt);
+    return r.out;
+  }
+  const io::TensorFile file(src.path);
+  file.read_bf16(src.dataset, s0 * sh.H * sh.D, int64_t(out.size()), out.data());
+  return out;
+}
+
+FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSource& candidate, const io::ReadOptions& read,
+                                   const FingerprintOptions& options) {
+  io::InputReader reader(inputs_path, read);
+  const Shape shape = reader.shape();
+  check_out_shape(candidate, shape);
+  const int64_t step = slab_tokens(shape);
+  const SlabSource source = [&](const SlabVisitor& visit) {
+    for (int64_t s0 = 0; s0 < shape.S; s0 += step) {
+      const Inputs slab = reader.read_slab(s0, std::min(step, shape.S - s0));
+      const std::vector<bf16_bits> cand = read_out_slab(candidate, slab, s0, options.threads);
+      visit(s0, slab.view(), cand.data());
+    }
+  };
+  return fingerprint(shape, source, options);
+}
+
+ElementAt parse_element_at(const std::string& text) {
+  int64_t v[3];
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (int i = 0; i < 3; ++i) {
+    auto [next, ec] = std::from_chars(p, end, v[i]);
+    if (ec != std::errc() || v[i] < 0) break;
+    p = next;
+    if (i < 2) {
+      if (p == end || *p != ',') break;
+      ++p;
+    } else if (p == end) {
+      return {v[0], int(v[1]), v[2]};
+    }
+  }
+  throw InputError(fmt::format("--at '{}' is not an element index: expected s,ho,d (three non-negative integers)", text));
+}
+
+Explanation explain_file(const std::string& inputs_path, const ElementAt& at, const std::vector<Policy>& policies,
+                         const io::ReadOptions& read) {
+  io::InputReader reader(inputs_path, read);
+  const Shape sh = reader.shape();
+  if (at.s >= sh.S || at.ho >= sh.H || at.d >= sh.D)
+    throw InputError(fmt::format("--at {},{},{} is outside the inputs of {} (S={}, H={}, D={})", at.s, at.ho, at.d,
+                                 inputs_path, sh.S, sh.H, sh.D));
+  const Inputs token = reader.read_slab(at.s, 1);
+  return explain_element(element_inputs(token.view(), 0, at.ho, at.d), at, policies);
+}
+
+}  // namespace mhc::investigate

@@ -1,0 +1,158 @@
+// End to end through the mhcdiff binary: fingerprint, explain and extract on small generated files, with
+// exit codes (SPEC §4: 0 found / ok, 1 not found, 2 usage or input error).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+// Runs `mhcdiff ARGS` with stdout captured (stderr discarded).
+Result mhcdiff(const std::string& args) {
+  const std::string cmd = std::string(MHCDIFF_BINARY) + " " + args + " 2>/dev/null";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class CliInvestigate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() / "mhcdiff_cli_investigate";
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    // Cancelling terms (κ 1e2..1e6) make the rounding variants differ on many of these 64 × 4 × 257 elements.
+    ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 64,4,257 --seed 5 -o " + path("in.h5")).code, 0);
+    ASSERT_EQ(mhcdiff("run " + path("in.h5") + " -o " + path("res.h5") + " --policies hf,fp32-seeded-fma,exact --device cpu").code, 0);
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+  static std::filesystem::path dir_;
+};
+std::filesystem::path CliInvestigate::dir_;
+
+TEST_F(CliInvestigate, FingerprintNamesThePolicyThatMadeACandidate) {
+  const Result hf = mhcdiff("fingerprint " + path("in.h5") + " " + path("res.h5") + ":hf-bf16");
+  EXPECT_EQ(hf.code, 0) << hf.out;
+  EXPECT_NE(hf.out.find("BIT-EXACT MATCH: hf-bf16\n"), std::string::npos) << hf.out;
+  const Result fma = mhcdiff("fingerprint " + path("in.h5") + " " + path("res.h5") + ":fp32-seeded-fma --format json");
+  EXPECT_EQ(fma.code, 0) << fma.out;
+  EXPECT_NE(fma.out.find("\"exact_matches\": [{\"name\": \"fp32-seeded-fma\""), std::string::npos) << fma.out;
+}
+
+TEST_F(CliInvestigate, FingerprintFindsTheTransposedComb) {
+  // The bug class of NeMo Automodel #2154 / Megatron-LM #4957: a kernel that read comb as [s, dst, src].
+  // Made here by running fp32-seeded on a copy of the inputs whose comb is transposed (h5py does the copy).
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no h5py";
+  const std::string copy = path("in_t.h5");
+  ASSERT_EQ(std::system(("/usr/bin/python3 -c \"import h5py, shutil; shutil.copy('" + path("in.h5") + "', '" + copy +
+                         "'); f = h5py.File('" + copy + "', 'r+'); c = f['inputs/comb'][()]; "
+                         "f['inputs/comb'][...] = c.transpose(0, 2, 1); f.close()\"")
+                            .c_str()),
+            0);
+  ASSERT_EQ(mhcdiff("run " + copy + " -o " + path("res_t.h5") + " --policies fp32-seeded --device cpu").code, 0);
+  const Result r = mhcdiff("fingerprint " + path("in.h5") + " " + path("res_t.h5"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("BIT-EXACT MATCH: fp32-seeded with comb transposed"), std::string::npos) << r.out;
+}
+
+TEST_F(CliInvestigate, FingerprintAcceptsUserPoliciesAsCandidatesAndLatticeEntries) {
+  const std::string file = path("fold.policy");
+  std::ofstream(file) << "name = \"fold\"\norder = mix-first\nmix_rounding = bf16\npost_term = fused\n";
+  const Result r = mhcdiff("fingerprint " + path("in.h5") + " policy:fold --policy-file " + file + " --format json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("post_term=fused mix_product=fp32 order=mix-first mix_rounding=bf16 comb=src,dst"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliInvestigate, ExplainPrintsEveryPolicyAndJsonParses) {
+  const Result t = mhcdiff("explain " + path("in.h5") + " --at 3,1,17");
+  EXPECT_EQ(t.code, 0);
+  for (const char* name : {"hf-bf16", "fp32-seeded", "fp32-seeded-fma", "fp32-mixfirst", "fp64", "exact"})
+    EXPECT_NE(t.out.find(std::string("policy ") + name), std::string::npos) << name << "\n" << t.out;
+  const Result j = mhcdiff("explain " + path("in.h5") + " --at 3,1,17 --policies hf,exact --format json");
+  ASSERT_EQ(j.code, 0);
+  const std::string json = path("explain.json");
+  std::ofstream(json) << j.out;
+  EXPECT_EQ(std::system(("/usr/bin/python3 -c \"import json; d = json.load(open('" + json +
+                         "')); assert [p['name'] for p in d['policies']] == ['hf-bf16', 'exact']\"")
+                            .c_str()),
+            0)
+      << j.out;
+}
+
+TEST_F(CliInvestigate, ExplainRefusesBadIndicesWithExitCode2) {
+  EXPECT_EQ(mhcdiff("explain " + path("in.h5") + " --at 64,0,0").code, 2);
+  EXPECT_EQ(mhcdiff("explain " + path("in.h5") + " --at 0,4,0").code, 2);
+  EXPECT_EQ(mhcdiff("explain " + path("in.h5") + " --at 1,2").code, 2);
+  EXPECT_EQ(mhcdiff("explain " + path("missing.h5") + " --at 0,0,0").code, 2);
+}
+
+TEST_F(CliInvestigate, ExtractWritesAReproThatRunAndCompareAccept) {
+  const std::string repro = path("repro.h5");
+  const Result x = mhcdiff("extract " + path("res.h5") + ":hf-bf16 policy:exact --inputs " + path("in.h5") +
+                           " --worst 3 -o " + repro);
+  ASSERT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("wrote 3 token(s)"), std::string::npos) << x.out;
+  // The repro's inputs reproduce its stored hf-bf16 result bit for bit…
+  ASSERT_EQ(mhcdiff("run " + repro + " -o " + path("rerun.h5") + " --policies hf --device cpu").code, 0);
+  EXPECT_EQ(mhcdiff("compare " + repro + ":hf-bf16 " + path("rerun.h5") + ":hf-bf16 --max-mismatch 0").code, 0);
+  // …and still shows the disagreement it was extracted for.
+  EXPECT_EQ(mhcdiff("compare " + repro + ":hf-bf16 " + repro + ":exact --max-mismatch 0").code, 1);
+  // The same sides never disagree: nothing is written.
+  const Result same = mhcdiff("extract policy:hf " + path("res.h5") + ":hf-bf16 --inputs " + path("in.h5") + " -o " +
+                              path("none.h5"));
+  EXPECT_EQ(same.code, 0);
+  EXPECT_FALSE(std::filesystem::exists(path("none.h5")));
+}
+
+// Candidates made by real PyTorch expressions (CPU, PyTorch 1.13 via /usr/bin/python3), written as a PyTorch
+// user would dump them (uint16 bits with dtype="bfloat16"). Skipped where torch or h5py is missing.
+TEST_F(CliInvestigate, FingerprintsCandidatesMadeByPyTorchExpressions) {
+  if (std::system("/usr/bin/python3 -c 'import torch, h5py' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no torch/h5py";
+  const std::string script = path("torch_candidates.py");
+  std::ofstream(script) << R"PY(
+import sys, h5py, numpy as np, torch
+bf = torch.bfloat16
+with h5py.File(sys.argv[1], "r") as f:
+    x = torch.from_numpy(f["inputs/x"].astype("float32")[()]).to(bf)          # exact: bf16 values
+    residual = torch.from_numpy(f["inputs/residual"].astype("float32")[()]).to(bf)
+    post = torch.from_numpy(f["inputs/post"][()])
+    comb = torch.from_numpy(f["inputs/comb"][()])                             # comb[s, src, dst]
+cands = {
+    # Casts only comb: fp32 post*x (type promotion), bf16 matmul over streams, fp32 add, bf16 output.
+    "comb_cast": (post.unsqueeze(-1) * x.unsqueeze(-2) + comb.to(bf).transpose(-1, -2) @ residual).to(bf),
+    # The HF expression with the transpose forgotten: contracts comb's dst axis.
+    "hf_no_transpose": post.to(bf).unsqueeze(-1) * x.unsqueeze(-2) + comb.to(bf) @ residual,
+}
+with h5py.File(sys.argv[2], "w") as f:
+    f.attrs["format"] = "mhcdiff/1"
+    for name, out in cands.items():
+        bits = (out.float().numpy().view(np.uint32) >> 16).astype("<u2")
+        f.create_dataset(f"results/{name}/out", data=bits).attrs["dtype"] = "bfloat16"
+)PY";
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " " + path("in.h5") + " " + path("torch.h5")).c_str()), 0);
+  const Result cast = mhcdiff("fingerprint " + path("in.h5") + " " + path("torch.h5") + ":comb_cast");
+  EXPECT_EQ(cast.code, 0) << cast.out;
+  EXPECT_NE(cast.out.find("BIT-EXACT MATCH: accumulator=fp32 coef=comb-bf16 post_term=fp32"), std::string::npos) << cast.out;
+  EXPECT_NE(cast.out.find("order=mix-first mix_rounding=bf16 comb=src,dst"), std::string::npos) << cast.out;
+  const Result hf = mhcdiff("fingerprint " + path("in.h5") + " " + path("torch.h5") + ":hf_no_transpose");
+  EXPECT_EQ(hf.code, 0) << hf.out;
+  EXPECT_NE(hf.out.find("BIT-EXACT MATCH: hf-bf16 with comb transposed"), std::string::npos) << hf.out;
+}
+
+}  // namespace
