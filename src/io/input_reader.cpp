@@ -216,9 +216,9 @@ struct InputReader::Impl {
       if (*attr == "src,dst") declared = CombLayout::src_dst;
       else if (*attr == "dst,src") declared = CombLayout::dst_src;
       else fail(fmt::format("root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", *attr));
-      if (options.comb_layout == CombLayout::dst_src && declared == CombLayout::src_dst)
-        fail("--comb-layout dst,src was given but the file declares comb_layout=\"src,dst\"");
-      layout = declared;
+      // An explicit dst,src wins: it is how a user reads a file whose writer transposed comb but still
+      // declared src,dst (the bug class of SPEC §1). A file declaring dst,src is read as such by default.
+      if (options.comb_layout == CombLayout::src_dst) layout = declared;
     }
   }
 

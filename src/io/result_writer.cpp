@@ -149,7 +149,9 @@ struct ResultWriter::Impl {
     } else {
       Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
       H5Pset_create_intermediate_group(lcpl.get(), 1);
-      g = Handle(H5Gcreate2(file.get(), name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+      Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
+      H5Pset_obj_track_times(gcpl.get(), false);
+      g = Handle(H5Gcreate2(file.get(), name.c_str(), lcpl.get(), gcpl.get(), H5P_DEFAULT));
     }
     if (!g.valid()) throw std::runtime_error(fmt::format("could not create group {} in {}", name, temp_path));
     return groups.emplace(name, std::move(g)).first->second.get();
@@ -186,6 +188,7 @@ struct ResultWriter::Impl {
     Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
     H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    H5Pset_obj_track_times(dcpl.get(), false);  // no timestamps: the same data gives the same file bytes
     if (deflate_level > 0) {
       H5Pset_shuffle(dcpl.get());
       H5Pset_deflate(dcpl.get(), unsigned(deflate_level));

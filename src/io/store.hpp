@@ -25,7 +25,9 @@ const char* dtype_name(DType t);
 enum class CombLayout { src_dst, dst_src };
 
 struct ReadOptions {
-  CombLayout comb_layout = CombLayout::src_dst;  // orientation of comb in the file (--comb-layout)
+  // Orientation of comb in the file (--comb-layout). src_dst defers to the file's comb_layout attribute when it
+  // has one; dst_src always applies (a writer may have transposed comb yet declared src,dst).
+  CombLayout comb_layout = CombLayout::src_dst;
   bool round_inputs = false;                     // allow f32/f64 data that is not exactly bf16 (--round-inputs)
 };
 

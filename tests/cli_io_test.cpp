@@ -1,0 +1,254 @@
+// End-to-end: the built `mhcdiff` CLI on good and bad inputs. Every bad input must end with exit code 2, one
+// line on stderr naming the file and dataset, and nothing written (no output, no temp file, an existing
+// output untouched) — SPEC §4.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "io/store.hpp"
+#include "io_test_util.hpp"
+
+namespace mhc {
+namespace {
+
+using namespace mhc::testing;
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+  int error_lines() const {
+    std::istringstream in(err);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line))
+      if (!line.empty()) ++n;
+    return n;
+  }
+};
+
+CliResult run_cli(const TempDir& dir, const std::string& args) {
+  const std::string out = dir.file(".stdout"), err = dir.file(".stderr");
+  const std::string cmd = std::string("cd ") + dir.path.string() + " && " + MHCDIFF_BINARY + " " + args + " > " +
+                          out + " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file_bytes(out);
+  r.err = read_file_bytes(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+class CliIo : public ::testing::Test {
+ protected:
+  TempDir dir;
+  RawInputs inputs = random_inputs(4, 2, 8, 77);
+
+  void SetUp() override { write_inputs(dir.file("good.h5"), inputs); }
+
+  // The bad-input contract: exit 2, one line naming what is wrong, nothing new in the directory.
+  void expect_refused(const std::string& args, std::initializer_list<const char*> must_mention) {
+    const auto before = sorted_entries();
+    const CliResult r = run_cli(dir, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.error_lines(), 1) << "exactly one message expected, got:\n" << r.err;
+    for (const char* text : must_mention) EXPECT_NE(r.err.find(text), std::string::npos) << "'" << text << "' in: " << r.err;
+    EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
+  }
+
+  std::vector<std::string> sorted_entries() const {
+    auto e = dir.entries();
+    std::sort(e.begin(), e.end());
+    return e;
+  }
+};
+
+TEST_F(CliIo, GenRunInfoWorkEndToEnd) {
+  CliResult g = run_cli(dir, "gen --preset realistic --shape 6,4,40 --seed 3 --grad -o in.h5");
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  CliResult r = run_cli(dir, "run in.h5 -o res.h5 --policies all --device cpu --backward --threads 2 --slab-tokens 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("wrote res.h5"), std::string::npos) << r.err;
+  CliResult i = run_cli(dir, "info res.h5");
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  for (const char* text : {"/results/hf-bf16", "/results/exact", "grad_comb_f64", "bfloat16", "input_checksum",
+                           "S=6", "H=4", "D=40"})
+    EXPECT_NE(i.out.find(text), std::string::npos) << "'" << text << "' in info output:\n" << i.out;
+  // gen is deterministic: the same command makes the same tensors (the file also stores nothing variable).
+  ASSERT_EQ(run_cli(dir, "gen --preset realistic --shape 6,4,40 --seed 3 --grad -o again.h5").exit_code, 0);
+  EXPECT_EQ(read_file_bytes(dir.file("in.h5")), read_file_bytes(dir.file("again.h5")));
+}
+
+TEST_F(CliIo, QuietRunPrintsNothing) {
+  CliResult r = run_cli(dir, "run good.h5 -o res.h5 --policies hf --quiet");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(CliIo, RunsTheShippedSeedExampleDataset) {
+  const std::string shipped = std::string(MHCDIFF_SOURCE_DIR) + "/datasets/seed-example.h5";
+  if (!std::filesystem::exists(shipped)) GTEST_SKIP() << "datasets/seed-example.h5 not shipped";
+  CliResult r = run_cli(dir, "run " + shipped + " -o res.h5 --policies hf,fp32-seeded --backward");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("res.h5")));
+}
+
+// scripts/mhcdiff_dump.py stores torch bf16 tensors bit-exactly in a file mhcdiff reads.
+TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
+  if (std::system("/usr/bin/python3 -c 'import torch, h5py' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks torch or h5py";
+  const std::string script =
+      "import sys, torch\n"
+      "sys.path.insert(0, '" + std::string(MHCDIFF_SOURCE_DIR) + "/scripts')\n"
+      "from mhcdiff_dump import dump\n"
+      "x = torch.tensor([[1.5, -1.0, 3.140625, 2.0**-133]]).to(torch.bfloat16)\n"
+      "r = torch.tensor([[[-0.0, float('inf'), float('nan'), 65280.0]]]).to(torch.bfloat16)\n"
+      "dump(sys.argv[1], x, r, torch.tensor([[0.75]]), torch.tensor([[[0.5]]]),\n"
+      "     results={'k': {'out': r, 'grad_post': torch.tensor([[0.1]])}})\n";
+  std::ofstream(dir.file("dump.py")) << script;
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + dir.file("dump.py") + " " + dir.file("py.h5")).c_str()), 0);
+  const Inputs in = io::read_inputs(dir.file("py.h5"));
+  EXPECT_EQ(first_bit_difference(in.x, std::vector<uint16_t>{0x3fc0, 0xbf80, 0x4049, 0x0001}), -1);
+  EXPECT_EQ(in.residual[0], 0x8000);  // -0
+  EXPECT_EQ(in.residual[1], 0x7f80);  // inf
+  EXPECT_TRUE((in.residual[2] & 0x7fff) > 0x7f80);  // NaN
+  EXPECT_EQ(in.residual[3], 0x477f);  // 65280 = largest bf16 below 2^16
+  EXPECT_EQ(in.post[0], 0.75f);
+  io::TensorFile tf(dir.file("py.h5"));
+  std::vector<uint16_t> out(4);
+  tf.read_bf16("/results/k/out", 0, 4, out.data());
+  EXPECT_EQ(first_bit_difference(out, in.residual), -1);
+  float gp = 0;
+  tf.read_f32("/results/k/grad_post", 0, 1, &gp);
+  EXPECT_EQ(gp, 0.1f);
+  CliResult r = run_cli(dir, "run py.h5 -o res.h5 --policies fp32-seeded");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(CliIo, MissingInputFile) { expect_refused("run nope.h5 -o out.h5", {"nope.h5", "does not exist"}); }
+
+TEST_F(CliIo, MissingDataset) {
+  {
+    RawFile f(dir.file("bad.h5"));
+    f.bf16("/inputs/x", {4, 8}, inputs.x);
+    f.bf16("/inputs/residual", {4, 2, 8}, inputs.residual);
+    f.f32("/inputs/post", {4, 2}, inputs.post);
+  }
+  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/comb"});
+}
+
+TEST_F(CliIo, WrongRank) {
+  {
+    RawFile f(dir.file("bad.h5"));
+    f.bf16("/inputs/x", {32}, inputs.x);
+    f.bf16("/inputs/residual", {4, 2, 8}, inputs.residual);
+    f.f32("/inputs/post", {4, 2}, inputs.post);
+    f.f32("/inputs/comb", {4, 2, 2}, inputs.comb);
+  }
+  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/x", "rank 1"});
+}
+
+TEST_F(CliIo, ShapesDisagreeAcrossTensors) {
+  {
+    RawFile f(dir.file("bad.h5"));
+    f.bf16("/inputs/x", {4, 8}, inputs.x);
+    f.bf16("/inputs/residual", {4, 2, 8}, inputs.residual);
+    f.f32("/inputs/post", {2, 4}, inputs.post);  // transposed post: [H,S] instead of [S,H]
+    f.f32("/inputs/comb", {4, 2, 2}, inputs.comb);
+  }
+  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/post", "[2,4]", "[4,2]"});
+}
+
+TEST_F(CliIo, UnsupportedDtype) {
+  {
+    RawFile f(dir.file("bad.h5"));
+    f.i32("/inputs/x", {4, 8}, std::vector<int32_t>(32, 1));
+    f.bf16("/inputs/residual", {4, 2, 8}, inputs.residual);
+    f.f32("/inputs/post", {4, 2}, inputs.post);
+    f.f32("/inputs/comb", {4, 2, 2}, inputs.comb);
+  }
+  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/x", "unsupported"});
+}
+
+TEST_F(CliIo, NonBf16ValuesInBf16Slot) {
+  std::vector<float> x32(32, 1.0f);
+  x32[9] = 1.0f + 0x1p-10f;  // needs 10 mantissa bits
+  {
+    RawFile f(dir.file("bad.h5"));
+    f.f32("/inputs/x", {4, 8}, x32);
+    f.bf16("/inputs/residual", {4, 2, 8}, inputs.residual);
+    f.f32("/inputs/post", {4, 2}, inputs.post);
+    f.f32("/inputs/comb", {4, 2, 2}, inputs.comb);
+  }
+  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/x", "[1,1]", "--round-inputs"});
+  // Allowed, and reported, under --round-inputs.
+  CliResult r = run_cli(dir, "run bad.h5 -o out.h5 --policies hf --round-inputs");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("rounded 1 input values"), std::string::npos) << r.err;
+}
+
+TEST_F(CliIo, NanAndInfInputsAreAllowedButCounted) {
+  inputs.x[3] = 0x7fc0;      // NaN
+  inputs.residual[5] = 0xff80;  // -inf
+  inputs.comb[1] = std::numeric_limits<float>::infinity();
+  write_inputs(dir.file("nan.h5"), inputs);
+  CliResult r = run_cli(dir, "run nan.h5 -o out.h5 --policies fp32-seeded");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 NaN and 2 Inf"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out.h5")));
+}
+
+TEST_F(CliIo, TruncatedFile) {
+  const std::string bytes = read_file_bytes(dir.file("good.h5"));
+  std::ofstream(dir.file("cut.h5"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() / 2));
+  expect_refused("run cut.h5 -o out.h5", {"cut.h5", "truncated"});
+}
+
+TEST_F(CliIo, NotAnHdf5File) {
+  std::ofstream(dir.file("notes.h5")) << "x,residual\n1,2\n";
+  expect_refused("run notes.h5 -o out.h5", {"notes.h5", "not an HDF5 file"});
+  expect_refused("info notes.h5", {"notes.h5", "not an HDF5 file"});
+}
+
+TEST_F(CliIo, UnwritableOutputPath) {
+  expect_refused("run good.h5 -o missing-dir/out.h5", {"missing-dir", "does not exist"});
+  std::filesystem::create_directory(dir.file("adir"));
+  expect_refused("run good.h5 -o adir", {"adir", "is a directory"});
+}
+
+TEST_F(CliIo, OutputEqualToInput) {
+  const std::string before = read_file_bytes(dir.file("good.h5"));
+  expect_refused("run good.h5 -o good.h5", {"good.h5", "is the input file"});
+  expect_refused("run good.h5 -o ./good.h5", {"good.h5", "is the input file"});
+  EXPECT_EQ(read_file_bytes(dir.file("good.h5")), before);
+}
+
+TEST_F(CliIo, BackwardWithoutGradOut) {
+  write_inputs(dir.file("nograd.h5"), inputs, {}, /*grad=*/false);
+  expect_refused("run nograd.h5 -o out.h5 --backward", {"nograd.h5", "/inputs/grad_out"});
+}
+
+TEST_F(CliIo, FailedRunLeavesExistingOutputUntouched) {
+  ASSERT_EQ(run_cli(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  const std::string before = read_file_bytes(dir.file("res.h5"));
+  {
+    RawFile f(dir.file("bad.h5"));
+    f.bf16("/inputs/x", {4, 8}, inputs.x);
+  }
+  expect_refused("run bad.h5 -o res.h5", {"bad.h5", "/inputs/residual"});
+  EXPECT_EQ(read_file_bytes(dir.file("res.h5")), before);
+}
+
+TEST_F(CliIo, GenRefusesImpossibleShapes) {
+  expect_refused("gen --preset seed-example --shape 4,3,8 -o s.h5", {"seed-example", "H=2"});
+  expect_refused("gen --preset randn --shape 4,17,8 -o s.h5", {"4,17,8"});
+  expect_refused("gen --preset randn --shape 4x2 -o s.h5", {"--shape"});
+  expect_refused("gen --preset gauss --shape 4,2,8 -o s.h5", {"gauss"});
+}
+
+}  // namespace
+}  // namespace mhc
