@@ -290,12 +290,10 @@ struct ConfigData {
   Inputs inputs;
 };
 
-// Writes every configuration's inputs, runs `script` once over all of them, and returns the directory of
-// its outputs. ctest runs each TEST in its own process: the directory is keyed by a hash of the script
-// and the inputs, so the first process computes and the others reuse a completed run.
-fs::path run_reference(const std::string& script, const std::vector<ConfigData>& data) {
-  const fs::path script_path = fs::path(MHCDIFF_SOURCE_DIR) / "refs" / script;
-  const std::string script_text = read_text(script_path);
+// Where a run of `script` over `data` is kept. ctest runs each TEST in its own process: the directory is
+// keyed by a hash of the script and the inputs, so the first process computes and the others reuse it.
+fs::path run_directory(const std::string& script, const std::vector<ConfigData>& data) {
+  const std::string script_text = read_text(fs::path(MHCDIFF_SOURCE_DIR) / "refs" / script);
   uint64_t h = fnv1a(0xcbf29ce484222325ull, script_text.data(), script_text.size());
   for (const ConfigData& c : data) {
     h = fnv1a(h, c.config.name.data(), c.config.name.size());
@@ -307,10 +305,14 @@ fs::path run_reference(const std::string& script, const std::vector<ConfigData>&
   }
   std::ostringstream key;
   key << "mhcdiff_" << fs::path(script).stem().string() << "_" << std::hex << h;
-  const fs::path done = fs::temp_directory_path() / key.str();
-  if (fs::exists(done / "complete")) return done;
+  return fs::temp_directory_path() / key.str();
+}
 
-  const fs::path work = fs::temp_directory_path() / (key.str() + ".tmp" + std::to_string(getpid()));
+// Writes every configuration's inputs, runs `script` once over all of them, and publishes the outputs in
+// `done` (atomically: a rename of the finished directory).
+void run_reference(const std::string& script, const std::vector<ConfigData>& data, const fs::path& done) {
+  const fs::path script_path = fs::path(MHCDIFF_SOURCE_DIR) / "refs" / script;
+  const fs::path work = done.string() + ".tmp" + std::to_string(getpid());
   fs::remove_all(work);
   fs::create_directories(work);
   std::ofstream manifest(work / "manifest.txt");
@@ -336,7 +338,6 @@ fs::path run_reference(const std::string& script, const std::vector<ConfigData>&
     fs::remove_all(work);
     if (!fs::exists(done / "complete")) throw std::runtime_error("cannot publish " + done.string());
   }
-  return done;
 }
 
 // ---- Comparisons ------------------------------------------------------------------------------------
@@ -568,6 +569,13 @@ struct ReferenceRun {
 // Runs `script` (which needs the Python `modules`) once per process over every configuration.
 ReferenceRun make_run(const std::string& script, const std::string& modules) {
   ReferenceRun r;
+  uint64_t seed = 20260402;
+  for (const Config& c : configs()) r.data.push_back({c, make_inputs(c, seed++)});
+  r.dir = run_directory(script, r.data);
+  if (fs::exists(r.dir / "complete")) {  // computed by an earlier process: no Python needed
+    if (fs::exists(r.dir / "torch_env.txt")) r.env = read_text(r.dir / "torch_env.txt");
+    return r;
+  }
   if (!fs::exists(kPython)) {
     r.skip_reason = std::string(kPython) + " not found";
     return r;
@@ -576,10 +584,8 @@ ReferenceRun make_run(const std::string& script, const std::string& modules) {
     r.skip_reason = std::string(kPython) + " cannot import " + modules + " (Debian: apt-get install python3-torch)";
     return r;
   }
-  uint64_t seed = 20260402;
-  for (const Config& c : configs()) r.data.push_back({c, make_inputs(c, seed++)});
   try {
-    r.dir = run_reference(script, r.data);
+    run_reference(script, r.data, r.dir);
     if (fs::exists(r.dir / "torch_env.txt")) r.env = read_text(r.dir / "torch_env.txt");
   } catch (const std::exception& e) {
     r.error = e.what();
