@@ -13,7 +13,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -688,9 +687,8 @@ void print_summary(const std::vector<TensorCheck>& checks) {
   }
 }
 
-bool is_signed_zero_config(const ConfigData& cd) { return cd.config.signed_zeros; }
-
-// Compares one reference with one mhcdiff policy over every configuration (but the signed-zero one).
+// Compares one reference with one mhcdiff policy over every configuration but the signed-zero one, or
+// over that one alone, where the signs of zeros count.
 void check_reference(Ref ref, const std::string& policy, bool signed_zero_config = false) {
   const bool zero_signs = signed_zero_config;
   const ReferenceRun& run = torch_run();
@@ -700,7 +698,7 @@ void check_reference(Ref ref, const std::string& policy, bool signed_zero_config
   const PolicyDesc pd = find_policy(policy).desc;
   std::vector<TensorCheck> checks;
   for (const ConfigData& cd : run.data) {
-    if (is_signed_zero_config(cd) != signed_zero_config) continue;
+    if (cd.config.signed_zeros != signed_zero_config) continue;
     const Shape& sh = cd.config.shape;
     const Probe probe = probe_of(run, cd.config);
     const PolicyResult res = run_policy_cpu(pd, cd.inputs.view(), true);
