@@ -77,6 +77,17 @@ TEST_F(CliInvestigate, FingerprintAcceptsUserPoliciesAsCandidatesAndLatticeEntri
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("post_term=fused mix_product=fp32 order=mix-first mix_rounding=bf16 comb=src,dst"), std::string::npos)
       << r.out;
+  // `run --policy-file` stores the user policy under its name; fingerprint finds the same variant in the file.
+  ASSERT_EQ(mhcdiff("run " + path("in.h5") + " -o " + path("res_u.h5") + " --policies fold --policy-file " + file +
+                    " --device cpu")
+                .code,
+            0);
+  const Result f = mhcdiff("fingerprint " + path("in.h5") + " " + path("res_u.h5") + ":fold");
+  EXPECT_EQ(f.code, 0) << f.out;
+  EXPECT_NE(f.out.find("BIT-EXACT MATCH: accumulator=fp32 coef=fp32 post_term=fused mix_product=fp32 order=mix-first "
+                       "mix_rounding=bf16 comb=src,dst"),
+            std::string::npos)
+      << f.out;
 }
 
 TEST_F(CliInvestigate, ExplainPrintsEveryPolicyAndJsonParses) {

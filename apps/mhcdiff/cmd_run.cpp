@@ -53,6 +53,7 @@ void add_run_command(CLI::App& app, CommandContext&) {
       ->required();
   cmd->add_option("--policies", args->o.policies, "all, or a comma-separated list of policies/aliases")
       ->capture_default_str();
+  cmd->add_option("--policy-file", args->o.policy_files, "a user policy (docs/policy-file.md); repeatable");
   cmd->add_option("--device", args->o.device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_flag("--backward", args->o.backward, "also compute the gradients (needs /inputs/grad_out)");
   cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->capture_default_str();

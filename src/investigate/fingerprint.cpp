@@ -288,8 +288,9 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
                      r.shape.S, r.shape.H, r.shape.D, elements, r.lattice_size, r.sampled_tokens, r.sampled_elements,
                      std::count_if(r.ranking.begin(), r.ranking.end(), [](const RankedVariant& v) { return v.verified; }));
   if (r.matched()) {
-    out += fmt::format("\nBIT-EXACT MATCH: {}\n  {}\n", describe(r.exact_matches.front()),
-                       describe_fields(r.exact_matches.front()));
+    const Variant& best = r.exact_matches.front();
+    out += fmt::format("\nBIT-EXACT MATCH: {}\n", describe(best));
+    if (!preset_name(best).empty()) out += fmt::format("  {}\n", describe_fields(best));
     if (r.exact_matches.size() > 1) {
       out += fmt::format("  {} other variant(s) give the same bits on these inputs (indistinguishable here):\n",
                          r.exact_matches.size() - 1);

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "kernels/cpu/operator_cpu.hpp"
+#include "policy/policy_file.hpp"
 
 namespace mhc::run {
 namespace {
@@ -20,7 +21,7 @@ constexpr int64_t kSlabAlign = 64;  // whole chunks of most datasets per slab (d
 
 RunSummary run_policies(const RunOptions& o) {
   const Clock::time_point t_start = Clock::now();
-  const std::vector<Policy> policies = parse_policy_list(o.policies);
+  const std::vector<Policy> policies = resolve_policies(o.policies, o.policy_files);
   const Device device = resolve_device(o.device);
   if (o.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", o.threads));
   if (o.slab_tokens < 0) throw InputError(fmt::format("--slab-tokens must be >= 0 (got {})", o.slab_tokens));

@@ -17,6 +17,7 @@ struct RunOptions {
   std::string input;
   std::string output;
   std::string policies = "all";  // "all" or a comma-separated list (names or aliases)
+  std::vector<std::string> policy_files;  // --policy-file: user policies run after the listed ones
   std::string device = "auto";   // auto | cpu | cuda
   bool backward = false;         // needs /inputs/grad_out
   int threads = 0;               // CPU threads, 0 = all
