@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -105,6 +106,9 @@ struct ShapeCase {
   int H;
   int64_t D;
 };
+
+// gtest prints parameters in test listings (and so in CTest's): say what they are, not their raw bytes.
+void PrintTo(const ShapeCase& c, std::ostream* os) { *os << "H=" << c.H << " D=" << c.D; }
 
 class EveryPresetMatchesCpu : public ::testing::TestWithParam<ShapeCase> {};
 
