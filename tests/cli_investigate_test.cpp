@@ -54,6 +54,16 @@ TEST_F(CliInvestigate, FingerprintNamesThePolicyThatMadeACandidate) {
   EXPECT_NE(fma.out.find("\"exact_matches\": [{\"name\": \"fp32-seeded-fma\""), std::string::npos) << fma.out;
 }
 
+TEST_F(CliInvestigate, FingerprintExitsWith1WhenNothingMatches) {
+  // A candidate computed from other inputs of the same shape: no variant and no mixture can explain it.
+  ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 64,4,257 --seed 6 -o " + path("other.h5")).code, 0);
+  ASSERT_EQ(mhcdiff("run " + path("other.h5") + " -o " + path("other_res.h5") + " --policies hf --device cpu").code, 0);
+  const Result r = mhcdiff("fingerprint " + path("in.h5") + " " + path("other_res.h5"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("No lattice variant matches bit-exactly."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Where the best variants' mismatches fall:"), std::string::npos) << r.out;
+}
+
 TEST_F(CliInvestigate, FingerprintFindsTheTransposedComb) {
   // The bug class of NeMo Automodel #2154 / Megatron-LM #4957: a kernel that read comb as [s, dst, src].
   // Made here by running fp32-seeded on a copy of the inputs whose comb is transposed (h5py does the copy).
