@@ -209,7 +209,14 @@ FingerprintReport fingerprint(const Shape& shape, const SlabSource& source, cons
   for (size_t i = n_survivors; i < order.size(); ++i) rep.ranking.push_back({lattice[order[i]], sample_stats[order[i]], false});
 
   if (!rep.matched()) {
-    for (size_t i = 0; i < std::min<size_t>(3, verified.size()); ++i) rep.patterns.push_back(breakdown(verified[i], shape.H));
+    // The three best variants whose mismatches differ in where they fall (identical breakdowns say nothing new).
+    for (size_t i = 0; i < verified.size() && rep.patterns.size() < 3; ++i) {
+      const MismatchStats& st = verified[i].stats;
+      const bool repeat = std::any_of(verified.begin(), verified.begin() + long(i), [&](const RankedVariant& o) {
+        return o.stats.by_lane == st.by_lane && o.stats.by_stream == st.by_stream && o.stats.by_token == st.by_token;
+      });
+      if (!repeat) rep.patterns.push_back(breakdown(verified[i], shape.H));
+    }
     rep.mixtures = best_mixtures(verified, shape.H, verified.front().stats.mismatched, 5);
   }
   return rep;
