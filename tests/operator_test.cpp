@@ -106,9 +106,10 @@ bf16_bits spec_forward(const std::string& name, const Inputs& in, int64_t s, int
   const float x = to_f(in.x[s * D + d]);
   auto c = [&](int k) { return in.comb[(s * H + k) * H + ho]; };
   auto r = [&](int k) { return to_f(in.residual[(s * H + k) * D + d]); };
+  // Zero-initialised sums (torch.sum, bmm) start from +0.
   if (name == "hf-bf16") {
-    float m = rb(c(0)) * r(0);
-    for (int k = 1; k < H; ++k) m = m + rb(c(k)) * r(k);
+    float m = 0.0f;
+    for (int k = 0; k < H; ++k) m = m + rb(c(k)) * r(k);
     m = rb(m);
     float q = rb(rb(p) * x);
     return round_to_bf16_rne(q + m);
@@ -119,8 +120,8 @@ bf16_bits spec_forward(const std::string& name, const Inputs& in, int64_t s, int
     return round_to_bf16_rne(a);
   }
   if (name == "fp32-mixfirst") {
-    float m = c(0) * r(0);
-    for (int k = 1; k < H; ++k) m = m + c(k) * r(k);
+    float m = 0.0f;
+    for (int k = 0; k < H; ++k) m = m + c(k) * r(k);
     return round_to_bf16_rne(p * x + m);
   }
   double a = double(p) * x;
@@ -163,7 +164,7 @@ TEST(SpecTranscription, StreamGradientsMatchTheFormulas) {
       for (int64_t s = 0; s < 2; ++s)
         for (int64_t d = 0; d < D; ++d) {
           auto gv = [&](int ho) { return to_f(in.grad_out[(s * H + ho) * D + d]); };
-          float ax = -0.0f;
+          float ax = 0.0f;
           for (int ho = 0; ho < H; ++ho) {
             float p = in.post[s * H + ho];
             if (hf) ax = ax + rb(rb(p) * gv(ho));
@@ -171,7 +172,7 @@ TEST(SpecTranscription, StreamGradientsMatchTheFormulas) {
           }
           ASSERT_EQ(res.grad_x[s * D + d], round_to_bf16_rne(ax)) << name << " grad_x at (" << s << "," << d << ")";
           for (int hi = 0; hi < H; ++hi) {
-            float ar = -0.0f;
+            float ar = 0.0f;
             for (int ho = 0; ho < H; ++ho) {
               float c = in.comb[(s * H + hi) * H + ho];
               if (hf) c = rb(c);

@@ -383,7 +383,7 @@ struct Mismatches {
   int64_t count = 0;      // bitwise, +0 vs -0 included (SPEC §5)
   int64_t first = -1;     // first bitwise mismatch
   int64_t max_ulp = 0;
-  int64_t zero_sign = 0;  // of which +0 vs -0 (see DISABLED_SignedZeroSumsMatchPyTorch)
+  int64_t zero_sign = 0;  // of which +0 vs -0 (see SignedZeroSumsMatchPyTorch)
   int64_t first_value = -1;  // first mismatch that is not only the sign of a zero
 };
 
@@ -774,10 +774,9 @@ TEST(TorchRefs, SeededFp32LoopMatchesFp32Seeded) { check_reference(Ref::seeded, 
 TEST(TorchRefs, Float64SeededLoopMatchesFp64) { check_reference(Ref::fp64, "fp64"); }
 
 // Every product is -0 here. PyTorch's reductions (bmm, torch.sum, autograd's sums over broadcast axes)
-// start from +0, so -0 + -0 sums come out +0, while mhcdiff's mix-first sums start from the first product
-// and its stream-gradient sums from -0: the signs of zero results differ (0 ulp, but a bitwise mismatch,
-// SPEC §5). Disabled until the lead decides the policies' starting value; see docs/references.md.
-TEST(TorchRefs, DISABLED_SignedZeroSumsMatchPyTorch) {
+// start from +0, so -0 + -0 sums come out +0; mhcdiff's zero-initialised sums (zero_accumulator) must too,
+// or the signs of zero results differ (0 ulp, but a bitwise mismatch, SPEC §5).
+TEST(TorchRefs, SignedZeroSumsMatchPyTorch) {
   check_reference(Ref::hf, "hf-bf16", true);
   check_reference(Ref::deepseek, "fp32-mixfirst", true);
   check_reference(Ref::seeded, "fp32-seeded", true);

@@ -31,6 +31,14 @@ MHC_HD double op_round_bf16(double v) { return static_cast<double>(bf16_to_float
 // The coefficient as the policy uses it: as stored, or rounded to bf16 first (HF's .to(bfloat16)).
 MHC_HD float coefficient(const PolicyDesc& pd, float v) { return pd.coef == CoefRounding::bf16 ? rnb(v) : v; }
 
+// Every sum that real implementations start from a zeroed accumulator (torch.sum, bmm, autograd's
+// broadcast reductions, Triton/CUDA `acc = 0` loops) starts from +0 here too. It changes nothing but the
+// sign of an all-(−0) sum, which is then +0, as in PyTorch (docs/references.md). Seeded sums start from p·x.
+template <class T>
+MHC_HD T zero_accumulator() {
+  return T(0.0);
+}
+
 // ---- Forward -----------------------------------------------------------------------------------------
 // out[s,ho,d] before its final bf16 rounding. p = post[s,ho], x = x[s,d], c[k] = comb[s,k,ho],
 // r[k] = residual[s,k,d] for k < H.
@@ -50,8 +58,8 @@ MHC_HD T add_mix_term(const PolicyDesc& pd, T acc, T c, T r) {
 template <class T>
 MHC_HD T mix_sum(const PolicyDesc& pd, const float* c, const float* r, int H) {
   if (pd.order != TermOrder::mix_pairwise) {
-    T m = op_mul(T(coefficient(pd, c[0])), T(r[0]));
-    for (int k = 1; k < H; ++k) m = add_mix_term(pd, m, T(coefficient(pd, c[k])), T(r[k]));
+    T m = zero_accumulator<T>();
+    for (int k = 0; k < H; ++k) m = add_mix_term(pd, m, T(coefficient(pd, c[k])), T(r[k]));
     return m;
   }
   // Adjacent pairs first (the second product of a pair fused when the policy contracts), then a tree.
@@ -109,7 +117,7 @@ MHC_HD ExactAccumulator forward_exact(float p, float x, const float* c, const fl
 template <class T>
 MHC_HD T stream_grad_value(const PolicyDesc& pd, const float* w, const float* g, int H, bool post_path) {
   const bool round_products = post_path && pd.grad_product == GradProduct::bf16;
-  T acc = T(-0.0);
+  T acc = zero_accumulator<T>();
   for (int ho = 0; ho < H; ++ho) {
     T wv = T(coefficient(pd, w[ho]));
     T gv = T(g[ho]);
@@ -129,7 +137,7 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
 // ---- Backward: sums over D, in the canonical order (docs/policies.md) ------------------------------------
 // ∂post[ho] = Σ_d g[ho,d]·x[d] (post path) and ∂comb[hi,ho] = Σ_d g[ho,d]·r[hi,d].
 // Element d belongs to chunk d/8; chunk j is owned by lane j mod 32 (one 16-byte bf16 load per lane on
-// the GPU). Each lane sums its elements in ascending d starting from -0 (the identity of + and fma);
+// the GPU). Each lane sums its elements in ascending d starting from +0 (zero_accumulator);
 // the 32 lane partials are combined by a fixed halving tree: lane l += lane l+16, then +8, +4, +2, +1.
 
 inline constexpr int kReduceLanes = 32;

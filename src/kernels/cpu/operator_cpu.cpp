@@ -114,7 +114,7 @@ void backward_streams_rounded(const PolicyDesc& pd, const InputsView& in, const 
 template <class T>
 T canonical_dot(const PolicyDesc& pd, const bf16_bits* a, const bf16_bits* b, int64_t D, bool post_path) {
   T partial[kReduceLanes];
-  for (T& p : partial) p = T(-0.0);
+  for (T& p : partial) p = zero_accumulator<T>();
   for (int64_t d = 0; d < D; ++d) {
     T& acc = partial[reduce_lane_of(d)];
     acc = dot_step<T>(pd, acc, bf16_to_float(a[d]), bf16_to_float(b[d]), post_path);

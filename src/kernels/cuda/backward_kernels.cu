@@ -43,9 +43,9 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     T acc_post[H], acc_comb[H][H];
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) {
-      acc_post[ho] = T(-0.0);
+      acc_post[ho] = zero_accumulator<T>();
 #pragma unroll
-      for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = T(-0.0);
+      for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = zero_accumulator<T>();
     }
     // Several chunks' loads in flight per lane (the adds stay in order: each partial is one chain).
 #pragma unroll kChunksInFlight
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32)
       Acc acc[QPW];
       if constexpr (M != Mode::exact)
 #pragma unroll
-        for (int qi = 0; qi < QPW; ++qi) acc[qi] = Acc(-0.0);
+        for (int qi = 0; qi < QPW; ++qi) acc[qi] = zero_accumulator<Acc>();
       for (int64_t t0 = 0; t0 < D; t0 += kTileElems) {
         __syncthreads();  // the previous tile is consumed
         for (int i = threadIdx.x; i < rows * kTileElems; i += blockDim.x) {
