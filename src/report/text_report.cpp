@@ -69,9 +69,7 @@ std::string census_line(const TensorReport& t, const metrics::CensusStats& c) {
 
 void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r) {
   const metrics::ComparisonStats& s = t.stats;
-  std::string shape = "[";
-  for (size_t i = 0; i < t.dims.size(); ++i) shape += (i ? "," : "") + std::to_string(t.dims[i]);
-  shape += "]";
+  const std::string shape = fmt::format("[{}]", fmt::join(t.dims, ","));
   o += fmt::format("\n{}  {} {}  ({})  {}\n", t.name, metrics::format_name(t.format), shape,
                    fmt::join(t.layout.axis_names, ","), t.passed() ? "pass" : "FAIL");
   if (s.mismatched == 0) {
