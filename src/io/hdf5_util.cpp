@@ -92,35 +92,66 @@ std::string dims_text(const std::vector<hsize_t>& dims) { return fmt::format("[{
 
 namespace {
 
-// Selects elements [first, first+count) of a row-major extent as a union of blocks: at each step the
-// largest aligned block run that starts at `first` (at most ~2·rank blocks in all).
-void select_flat(hid_t space, const std::vector<hsize_t>& dims, uint64_t first, uint64_t count) {
+struct Block {
+  std::vector<hsize_t> start, count;
+  uint64_t elements = 0;
+};
+
+// Splits elements [first, first+count) of a row-major extent into blocks: at each step the largest aligned
+// run of sub-arrays starting at `first` (at most ~2·rank blocks in all; one for whole token rows).
+std::vector<Block> flat_blocks(const std::vector<hsize_t>& dims, uint64_t first, uint64_t count) {
   const size_t n = dims.size();
+  std::vector<Block> blocks;
   if (n == 0) {
-    H5Sselect_all(space);
-    return;
+    blocks.push_back({{}, {}, 1});
+    return blocks;
   }
   std::vector<uint64_t> stride(n, 1);
   for (size_t i = n - 1; i > 0; --i) stride[i - 1] = stride[i] * dims[i];
   uint64_t a = first;
   const uint64_t b = first + count;
-  bool first_block = true;
-  std::vector<hsize_t> start(n), block_count(n);
   while (a < b) {
     size_t level = 0;
     while (!(a % stride[level] == 0 && a + stride[level] <= b)) ++level;
+    Block blk;
+    blk.start.resize(n);
+    blk.count.resize(n);
     uint64_t rest = a;
     for (size_t i = 0; i < n; ++i) {
-      start[i] = rest / stride[i];
+      blk.start[i] = rest / stride[i];
       rest %= stride[i];
     }
-    const uint64_t blocks = std::min<uint64_t>((b - a) / stride[level], dims[level] - start[level]);
-    for (size_t i = 0; i < n; ++i) block_count[i] = i < level ? 1 : i == level ? blocks : dims[i];
-    if (H5Sselect_hyperslab(space, first_block ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
-                            block_count.data(), nullptr) < 0)
-      throw std::runtime_error("HDF5 hyperslab selection failed");
-    first_block = false;
-    a += blocks * stride[level];
+    const uint64_t runs = std::min<uint64_t>((b - a) / stride[level], dims[level] - blk.start[level]);
+    for (size_t i = 0; i < n; ++i) blk.count[i] = i < level ? 1 : i == level ? runs : dims[i];
+    blk.elements = runs * stride[level];
+    blocks.push_back(std::move(blk));
+    a += runs * stride[level];
+  }
+  return blocks;
+}
+
+// One H5Dread/H5Dwrite per block, with a memory space of the block's own shape: HDF5 1.10 maps chunks
+// element by element when memory and file selections differ in shape (measured: 90 % of a run's time), and
+// block by block when they are the same.
+template <class Transfer>
+void transfer_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, char* buffer, Transfer io) {
+  const auto dims = dataset_dims(dataset);
+  const size_t elem = H5Tget_size(mem_type);
+  Handle file_space(H5Dget_space(dataset));
+  for (const Block& blk : flat_blocks(dims, first, count)) {
+    Handle mem_space;
+    if (dims.empty()) {
+      H5Sselect_all(file_space.get());
+      mem_space = Handle(H5Screate(H5S_SCALAR));
+    } else {
+      if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, blk.start.data(), nullptr, blk.count.data(),
+                              nullptr) < 0)
+        throw std::runtime_error("HDF5 hyperslab selection failed");
+      mem_space = Handle(H5Screate_simple(int(blk.count.size()), blk.count.data(), nullptr));
+    }
+    if (io(dataset, mem_type, mem_space.get(), file_space.get(), buffer) < 0)
+      throw std::runtime_error("HDF5 transfer failed");
+    buffer += blk.elements * elem;
   }
 }
 
@@ -128,22 +159,19 @@ void select_flat(hid_t space, const std::vector<hsize_t>& dims, uint64_t first, 
 
 void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, void* dst) {
   if (count == 0) return;
-  Handle file_space(H5Dget_space(dataset));
-  select_flat(file_space.get(), dataset_dims(dataset), first, count);
-  const hsize_t n = count;
-  Handle mem_space(H5Screate_simple(1, &n, nullptr));
-  if (H5Dread(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dst) < 0)
+  try {
+    transfer_flat(dataset, mem_type, first, count, static_cast<char*>(dst),
+                  [](hid_t ds, hid_t mt, hid_t ms, hid_t fs, char* p) { return H5Dread(ds, mt, ms, fs, H5P_DEFAULT, p); });
+  } catch (const std::runtime_error&) {
     throw std::runtime_error("HDF5 read failed (the file may be truncated or corrupt)");
+  }
 }
 
 void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src) {
   if (count == 0) return;
-  Handle file_space(H5Dget_space(dataset));
-  select_flat(file_space.get(), dataset_dims(dataset), first, count);
-  const hsize_t n = count;
-  Handle mem_space(H5Screate_simple(1, &n, nullptr));
-  if (H5Dwrite(dataset, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, src) < 0)
-    throw std::runtime_error("HDF5 write failed");
+  // H5Dwrite takes a const buffer; the cast only lets one helper serve both directions.
+  transfer_flat(dataset, mem_type, first, count, static_cast<char*>(const_cast<void*>(src)),
+                [](hid_t ds, hid_t mt, hid_t ms, hid_t fs, char* p) { return H5Dwrite(ds, mt, ms, fs, H5P_DEFAULT, p); });
 }
 
 bool link_exists(hid_t file, const std::string& path) {

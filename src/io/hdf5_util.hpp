@@ -60,7 +60,7 @@ std::string dims_text(const std::vector<int64_t>& dims);
 std::string dims_text(const std::vector<hsize_t>& dims);
 
 // Reads/writes elements [first, first + count) in row-major order of `dims` (the dataset's extent) with one
-// H5Dread/H5Dwrite over a union of at most ~2·rank hyperslabs. Throws std::runtime_error on HDF5 failure.
+// H5Dread/H5Dwrite per block (at most ~2·rank blocks; one for whole rows). Throws std::runtime_error on failure.
 void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, void* dst);
 void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src);
 
