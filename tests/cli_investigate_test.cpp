@@ -1,6 +1,7 @@
 // End to end through the mhcdiff binary: fingerprint, explain and extract on small generated files, with
 // exit codes (SPEC §4: 0 found / ok, 1 not found, 2 usage or input error).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -32,7 +33,8 @@ Result mhcdiff(const std::string& args) {
 class CliInvestigate : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = std::filesystem::temp_directory_path() / "mhcdiff_cli_investigate";
+    // One directory per process: CTest runs the tests of this suite in parallel processes.
+    dir_ = std::filesystem::temp_directory_path() / ("mhcdiff_cli_investigate_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     // Cancelling terms (κ 1e2..1e6) make the rounding variants differ on many of these 64 × 4 × 257 elements.

@@ -1,6 +1,7 @@
 // The policy text format (--policy-file): presets round-trip to bit-identical results, and bad files are
 // refused with the file and line named.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -38,7 +39,7 @@ void expect_same_bits(const V& a, const V& b, const std::string& what) {
 
 TEST(PolicyFile, EveryPresetWrittenAndReadBackGivesBitIdenticalResults) {
   const Inputs in = small_random_inputs(7);
-  const auto dir = std::filesystem::temp_directory_path() / "mhcdiff_policy_file_test";
+  const auto dir = std::filesystem::temp_directory_path() / ("mhcdiff_policy_file_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const Policy& preset : builtin_policies()) {
     SCOPED_TRACE(preset.name);
@@ -101,7 +102,7 @@ TEST(PolicyFile, RejectsBadFilesWithLineNumbers) {
 }
 
 TEST(PolicyFile, ResolvesListsWithFilePoliciesAndRefusesNameClashes) {
-  const auto dir = std::filesystem::temp_directory_path() / "mhcdiff_policy_resolve_test";
+  const auto dir = std::filesystem::temp_directory_path() / ("mhcdiff_policy_resolve_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string mine = (dir / "mine.toml").string();
   write_policy_file({"mine", PolicyDesc{.coef = CoefRounding::bf16}, ""}, mine);
