@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 bin=build/apps/mhcdiff/mhcdiff
-input=${1:-datasets/realistic-s64-h4-d1024.h5}
+input=${1:-datasets/realistic.h5}
 mkdir -p out
 "$bin" info "$input"
 "$bin" run "$input" -o out/results.h5 --policies all --backward

@@ -52,6 +52,40 @@ struct PolicyDesc {
   friend bool operator==(const PolicyDesc&, const PolicyDesc&) = default;
 };
 
+// The built-in descriptions (SPEC §2), constexpr so that CUDA can compile each as a specialised kernel.
+inline constexpr PolicyDesc kHfBf16Desc = [] {
+  PolicyDesc d;
+  d.coef = CoefRounding::bf16;
+  d.post_term = PostTerm::bf16;
+  d.order = TermOrder::mix_first;
+  d.mix_rounding = MixRounding::bf16;
+  d.grad_product = GradProduct::bf16;
+  d.param_grad_rounding = ParamGradRounding::bf16;
+  return d;
+}();
+inline constexpr PolicyDesc kFp32SeededDesc{};
+inline constexpr PolicyDesc kFp32SeededFmaDesc = [] {
+  PolicyDesc d;
+  d.mix_product = MixProduct::fused;
+  d.grad_contract = true;
+  return d;
+}();
+inline constexpr PolicyDesc kFp32MixFirstDesc = [] {
+  PolicyDesc d;
+  d.order = TermOrder::mix_first;
+  return d;
+}();
+inline constexpr PolicyDesc kFp64Desc = [] {
+  PolicyDesc d;
+  d.accumulator = Accumulator::fp64;
+  return d;
+}();
+inline constexpr PolicyDesc kExactDesc = [] {
+  PolicyDesc d;
+  d.accumulator = Accumulator::exact;
+  return d;
+}();
+
 struct Policy {
   std::string name;
   PolicyDesc desc;

@@ -8,45 +8,20 @@
 namespace mhc {
 namespace {
 
-Policy make_hf_bf16() {
-  PolicyDesc d;
-  d.coef = CoefRounding::bf16;
-  d.post_term = PostTerm::bf16;
-  d.order = TermOrder::mix_first;
-  d.mix_rounding = MixRounding::bf16;
-  d.grad_product = GradProduct::bf16;
-  d.param_grad_rounding = ParamGradRounding::bf16;
-  return {"hf-bf16", d, "HuggingFace transformers eager (bf16 tensors), xtuner before PR #2260"};
-}
-
-Policy make_fp32_seeded() {
-  return {"fp32-seeded", PolicyDesc{},
-          "TileKernels, vLLM/SGLang TileLang, LMDeploy's source order, xtuner after PR #2260, without contraction"};
-}
-
-Policy make_fp32_seeded_fma() {
-  PolicyDesc d;
-  d.mix_product = MixProduct::fused;
-  d.grad_contract = true;
-  return {"fp32-seeded-fma", d, "the seeded fp32 kernels compiled with FMA contraction (Triton, nvcc --fmad)"};
-}
-
-Policy make_fp32_mixfirst() {
-  PolicyDesc d;
-  d.order = TermOrder::mix_first;
-  return {"fp32-mixfirst", d, "DeepSeek's inference reference: torch.sum over streams, then + post*x"};
-}
-
-Policy make_fp64() {
-  PolicyDesc d;
-  d.accumulator = Accumulator::fp64;
-  return {"fp64", d, "a float64 upcast reference, seeded order"};
-}
-
-Policy make_exact() {
-  PolicyDesc d;
-  d.accumulator = Accumulator::exact;
-  return {"exact", d, "the exact real result, correctly rounded once (certified double-double, multiprecision fallback)"};
+// The descriptions live in policy.hpp (constexpr, shared with the CUDA kernels); here they get names.
+const std::vector<Policy>& preset_table() {
+  static const std::vector<Policy> presets = {
+      {"hf-bf16", kHfBf16Desc, "HuggingFace transformers eager (bf16 tensors), xtuner before PR #2260"},
+      {"fp32-seeded", kFp32SeededDesc,
+       "TileKernels, vLLM/SGLang TileLang, LMDeploy's source order, xtuner after PR #2260, without contraction"},
+      {"fp32-seeded-fma", kFp32SeededFmaDesc,
+       "the seeded fp32 kernels compiled with FMA contraction (Triton, nvcc --fmad)"},
+      {"fp32-mixfirst", kFp32MixFirstDesc, "DeepSeek's inference reference: torch.sum over streams, then + post*x"},
+      {"fp64", kFp64Desc, "a float64 upcast reference, seeded order"},
+      {"exact", kExactDesc,
+       "the exact real result, correctly rounded once (certified double-double, multiprecision fallback)"},
+  };
+  return presets;
 }
 
 struct Alias {
@@ -70,11 +45,7 @@ const char* enum_name(ParamGradRounding v) { return v == ParamGradRounding::none
 
 }  // namespace
 
-const std::vector<Policy>& builtin_policies() {
-  static const std::vector<Policy> presets = {make_hf_bf16(),     make_fp32_seeded(), make_fp32_seeded_fma(),
-                                              make_fp32_mixfirst(), make_fp64(),        make_exact()};
-  return presets;
-}
+const std::vector<Policy>& builtin_policies() { return preset_table(); }
 
 const Policy& find_policy(const std::string& name_or_alias) {
   std::string name = name_or_alias;

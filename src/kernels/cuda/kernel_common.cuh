@@ -37,36 +37,6 @@ struct RuntimePolicy {
   __device__ __forceinline__ PolicyDesc get() const { return pd; }
 };
 
-// The presets compiled as specialised kernels. A description is matched by value (not by name), so a
-// preset whose definition changes in policy/presets.cpp simply runs the generic kernels until this list
-// is updated: slower, never wrong.
-inline constexpr PolicyDesc kHfBf16 = [] {
-  PolicyDesc d;
-  d.coef = CoefRounding::bf16;
-  d.post_term = PostTerm::bf16;
-  d.order = TermOrder::mix_first;
-  d.mix_rounding = MixRounding::bf16;
-  d.grad_product = GradProduct::bf16;
-  d.param_grad_rounding = ParamGradRounding::bf16;
-  return d;
-}();
-inline constexpr PolicyDesc kFp32Seeded{};
-inline constexpr PolicyDesc kFp32SeededFma = [] {
-  PolicyDesc d;
-  d.mix_product = MixProduct::fused;
-  d.grad_contract = true;
-  return d;
-}();
-inline constexpr PolicyDesc kFp32MixFirst = [] {
-  PolicyDesc d;
-  d.order = TermOrder::mix_first;
-  return d;
-}();
-inline constexpr PolicyDesc kFp64 = [] {
-  PolicyDesc d;
-  d.accumulator = Accumulator::fp64;
-  return d;
-}();
 
 // ---- 16-byte chunks of 8 bf16 ----------------------------------------------------------------------------
 // A chunk is the canonical reduction chunk of operator_math.hpp (kReduceChunk elements) and one 16-byte
@@ -164,14 +134,16 @@ inline bool rows_aligned(const InputsView& in, const void* out_a, const void* ou
 
 inline bool specialised_shape(const Shape& sh) { return sh.H == 1 || sh.H == 2 || sh.H == 4 || sh.H == 8; }
 
-// The preset whose compile-time copy equals pd, as a StaticPolicy passed to f; false when none does.
+// The preset (policy.hpp's constexpr descriptions) that equals pd, as a StaticPolicy passed to f; false
+// when none does. Matched by value, not by name: any other policy runs the generic kernels, slower but
+// never different.
 template <class F>
 bool with_static_preset(const PolicyDesc& pd, F&& f) {
-  if (pd == kHfBf16) return f(StaticPolicy<kHfBf16>{});
-  if (pd == kFp32Seeded) return f(StaticPolicy<kFp32Seeded>{});
-  if (pd == kFp32SeededFma) return f(StaticPolicy<kFp32SeededFma>{});
-  if (pd == kFp32MixFirst) return f(StaticPolicy<kFp32MixFirst>{});
-  if (pd == kFp64) return f(StaticPolicy<kFp64>{});
+  if (pd == kHfBf16Desc) return f(StaticPolicy<kHfBf16Desc>{});
+  if (pd == kFp32SeededDesc) return f(StaticPolicy<kFp32SeededDesc>{});
+  if (pd == kFp32SeededFmaDesc) return f(StaticPolicy<kFp32SeededFmaDesc>{});
+  if (pd == kFp32MixFirstDesc) return f(StaticPolicy<kFp32MixFirstDesc>{});
+  if (pd == kFp64Desc) return f(StaticPolicy<kFp64Desc>{});
   return false;
 }
 
