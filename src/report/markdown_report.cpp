@@ -23,7 +23,7 @@ std::string cell(std::string s) {
   return out;
 }
 
-std::string code(const std::string& s) { return "`" + cell(s) + "`"; }
+std::string code(const std::string& s) { return fmt::format("`{}`", cell(s)); }
 
 std::string with_index(const std::string& v, const TensorReport& t, int64_t flat) {
   return flat < 0 ? v : v + " at " + t.index(flat);

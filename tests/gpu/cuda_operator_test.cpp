@@ -17,6 +17,7 @@
 #include "kernels/cuda/operator_kernels.hpp"
 #include "kernels/dispatch.hpp"
 #include "policy/policy.hpp"
+#include "../test_inputs.hpp"
 
 namespace mhc {
 namespace {
@@ -24,26 +25,7 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA GPU"
 
-// Peer-test style random inputs with a deterministic generator (independent of the code under test).
-Inputs random_inputs(const Shape& sh, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  Inputs in;
-  in.shape = sh;
-  auto fill = [&](std::vector<bf16_bits>& v, size_t n) {
-    v.resize(n);
-    for (auto& b : v) b = round_to_bf16_rne(normal(rng));
-  };
-  fill(in.x, size_t(sh.S) * sh.D);
-  fill(in.residual, size_t(sh.S) * sh.H * sh.D);
-  fill(in.grad_out, size_t(sh.S) * sh.H * sh.D);
-  in.post.resize(size_t(sh.S) * sh.H);
-  for (float& p : in.post) p = 2.0f * unit(rng);
-  in.comb.resize(size_t(sh.S) * sh.H * sh.H);
-  for (float& c : in.comb) c = unit(rng);
-  return in;
-}
+using testing::random_inputs;  // tests/test_inputs.hpp: randn-style, deterministic
 
 // NaN equals NaN (SPEC §5: payloads and signs of NaN are not compared); otherwise the bits must match.
 template <class T>
