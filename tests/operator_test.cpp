@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/operator_cpu.hpp"
+#include "kernels/exact_terms.hpp"
 #include "numerics/exact_fallback.hpp"
 #include "policy/policy.hpp"
 #include "test_inputs.hpp"
@@ -245,6 +246,42 @@ TEST(ExactTruth, FallbackIsUsedAndCountedForWideSpreads) {
   EXPECT_EQ(res.out[1], 0x4000);
   // Every fp32 policy loses the 2^-120 in ho=0.
   EXPECT_EQ(run_policy_cpu(find_policy("fp32-seeded").desc, in.view(), false).out[0], 0x0000);
+}
+
+TEST(ExactTruth, BackwardFallbackIsUsedForWideSpreads) {
+  // H=2, D=1, post = [1, 2^-120], g = [1, -1]: ∂x = 1 - 2^-120 spans 120 bits, so the fast path hands it over.
+  // RN64(1 - 2^-120) = 1; bf16 1. comb = [[1, 2^-120], [1, 1]]: ∂residual[0] = 1 - 2^-120 (fallback),
+  // ∂residual[1] = 1 - 1 = +0 (certified).
+  Inputs in = single_token(2, 1, {1.0f, 0x1p-120f}, {1.0f, 0x1p-120f, 1.0f, 1.0f}, {1.0f}, {1.0f, 1.0f});
+  in.grad_out = {round_to_bf16_rne(1.0f), round_to_bf16_rne(-1.0f)};
+  RunStats stats;
+  PolicyResult res = run_policy_cpu(find_policy("exact").desc, in.view(), true, {}, &stats);
+  EXPECT_GE(stats.fallback_elements, 2);
+  EXPECT_EQ(res.grad_x_f64[0], 1.0);
+  EXPECT_EQ(res.grad_x[0], 0x3f80);
+  EXPECT_EQ(res.grad_residual_f64[0], 1.0);
+  EXPECT_EQ(res.grad_residual_f64[1], 0.0);
+  EXPECT_FALSE(std::signbit(res.grad_residual_f64[1]));
+}
+
+// exact_element_terms (used by the CPU and GPU fallbacks) names the right products for every element of every
+// tensor: their multiprecision sum equals what the certified fast path produced.
+TEST(ExactTruth, ElementTermsMatchEveryTensor) {
+  Inputs in = random_inputs({3, 4, 37}, 77, true, true);
+  PolicyResult res = run_policy_cpu(find_policy("exact").desc, in.view(), true);
+  std::vector<double> terms;
+  auto check = [&](ExactTensor t, const std::vector<double>& f64) {
+    for (size_t i = 0; i < f64.size(); ++i) {
+      exact_element_terms(in.view(), t, int64_t(i), terms);
+      ASSERT_EQ(double_bits(exact_sum_multiprecision(terms).rn64), double_bits(f64[i]))
+          << "tensor " << unsigned(t) << " element " << i;
+    }
+  };
+  check(ExactTensor::out, res.out_f64);
+  check(ExactTensor::grad_x, res.grad_x_f64);
+  check(ExactTensor::grad_residual, res.grad_residual_f64);
+  check(ExactTensor::grad_post, res.grad_post_f64);
+  check(ExactTensor::grad_comb, res.grad_comb_f64);
 }
 
 // Each rounded policy stays within an a-priori error bound of the truth (a transposed comb, a wrong

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/exact_terms.hpp"
 #include "kernels/operator_math.hpp"
 
 namespace mhc {
@@ -18,13 +19,17 @@ void check_shape(const InputsView& in) {
   if (in.shape.D < 1) throw std::invalid_argument("D must be at least 1");
 }
 
-// Finishes an exact element: the certified fast path's answer, or the multiprecision fallback.
-ExactRounded finish_exact(const ExactAccumulator& acc, const std::vector<double>& terms, const CpuOptions& opt,
-                          int64_t& fallbacks) {
-  ExactRounded r = acc.result();
-  if (r.certified) return r;
+// Stores an exact element: the certified fast path's answer, or the multiprecision fallback's.
+void settle_exact(const ExactAccumulator& acc, const InputsView& in, ExactTensor tensor, int64_t i,
+                  const ForwardOutputs& fwd, const BackwardOutputs& bwd, const CpuOptions& opt,
+                  std::vector<double>& scratch, int64_t& fallbacks) {
+  const ExactRounded r = acc.result();
+  if (r.certified) {
+    store_exact_element(tensor, i, r, fwd, bwd);
+    return;
+  }
   ++fallbacks;
-  return exact_sum_multiprecision(terms, opt.exact_backend);
+  finish_exact_element(in, tensor, i, fwd, bwd, opt.exact_backend, scratch);
 }
 
 // Per-token scratch: comb columns (c[ho][k] = comb[s,k,ho]) and one column of residual values.
@@ -67,21 +72,13 @@ int64_t forward_token_exact(const InputsView& in, const ForwardOutputs& out, int
   for (int ho = 0; ho < H; ++ho)
     for (int k = 0; k < H; ++k) sc.comb_col[ho][k] = comb[k * H + ho];
   int64_t fallbacks = 0;
-  std::vector<double> terms;
+  std::vector<double> scratch;
   for (int64_t d = 0; d < D; ++d) {
     const float xv = bf16_to_float(in.x[s * D + d]);
     for (int k = 0; k < H; ++k) sc.r[k] = bf16_to_float(in.residual[(s * H + k) * D + d]);
-    for (int ho = 0; ho < H; ++ho) {
-      ExactAccumulator acc = forward_exact(post[ho], xv, sc.comb_col[ho], sc.r, H);
-      if (!acc.certified()) {
-        terms.assign(1, double(post[ho]) * xv);
-        for (int k = 0; k < H; ++k) terms.push_back(double(sc.comb_col[ho][k]) * sc.r[k]);
-      }
-      const ExactRounded r = finish_exact(acc, terms, opt, fallbacks);
-      const int64_t i = (s * H + ho) * D + d;
-      out.out[i] = r.bf16();
-      if (out.out_f64) out.out_f64[i] = r.rn64;
-    }
+    for (int ho = 0; ho < H; ++ho)
+      settle_exact(forward_exact(post[ho], xv, sc.comb_col[ho], sc.r, H), in, ExactTensor::out, (s * H + ho) * D + d,
+                   out, {}, opt, scratch, fallbacks);
   }
   return fallbacks;
 }
@@ -150,49 +147,27 @@ int64_t backward_token_exact(const InputsView& in, const BackwardOutputs& out, i
   const float* post = in.post + s * H;
   const float* comb = in.comb + s * H * H;
   int64_t fallbacks = 0;
-  std::vector<double> terms;
+  std::vector<double> scratch;
   float g[kMaxStreams];
-  auto stream_terms = [&](const float* w) {
-    terms.clear();
-    for (int ho = 0; ho < H; ++ho) terms.push_back(double(w[ho]) * g[ho]);
-  };
   for (int64_t d = 0; d < D; ++d) {
     for (int ho = 0; ho < H; ++ho) g[ho] = bf16_to_float(in.grad_out[(s * H + ho) * D + d]);
-    ExactAccumulator ax = stream_grad_exact(post, g, H);
-    if (!ax.certified()) stream_terms(post);
-    ExactRounded rx = finish_exact(ax, terms, opt, fallbacks);
-    out.grad_x[s * D + d] = rx.bf16();
-    if (out.grad_x_f64) out.grad_x_f64[s * D + d] = rx.rn64;
-    for (int hi = 0; hi < H; ++hi) {
-      ExactAccumulator ar = stream_grad_exact(comb + hi * H, g, H);
-      if (!ar.certified()) stream_terms(comb + hi * H);
-      ExactRounded rr = finish_exact(ar, terms, opt, fallbacks);
-      const int64_t i = (s * H + hi) * D + d;
-      out.grad_residual[i] = rr.bf16();
-      if (out.grad_residual_f64) out.grad_residual_f64[i] = rr.rn64;
-    }
+    settle_exact(stream_grad_exact(post, g, H), in, ExactTensor::grad_x, s * D + d, {}, out, opt, scratch, fallbacks);
+    for (int hi = 0; hi < H; ++hi)
+      settle_exact(stream_grad_exact(comb + hi * H, g, H), in, ExactTensor::grad_residual, (s * H + hi) * D + d, {},
+                   out, opt, scratch, fallbacks);
   }
   auto dot_exact = [&](const bf16_bits* a, const bf16_bits* b) {
     ExactAccumulator acc;
     for (int64_t d = 0; d < D; ++d) acc.add(double(bf16_to_float(a[d])) * bf16_to_float(b[d]));
-    if (!acc.certified()) {
-      terms.clear();
-      for (int64_t d = 0; d < D; ++d) terms.push_back(double(bf16_to_float(a[d])) * bf16_to_float(b[d]));
-    }
-    return finish_exact(acc, terms, opt, fallbacks);
+    return acc;
   };
   const bf16_bits* x = in.x + s * D;
   for (int ho = 0; ho < H; ++ho) {
     const bf16_bits* gr = in.grad_out + (s * H + ho) * D;
-    ExactRounded rp = dot_exact(gr, x);
-    out.grad_post[s * H + ho] = rp.fp32();
-    if (out.grad_post_f64) out.grad_post_f64[s * H + ho] = rp.rn64;
-    for (int hi = 0; hi < H; ++hi) {
-      ExactRounded rc = dot_exact(gr, in.residual + (s * H + hi) * D);
-      const int64_t i = (s * H + hi) * H + ho;
-      out.grad_comb[i] = rc.fp32();
-      if (out.grad_comb_f64) out.grad_comb_f64[i] = rc.rn64;
-    }
+    settle_exact(dot_exact(gr, x), in, ExactTensor::grad_post, s * H + ho, {}, out, opt, scratch, fallbacks);
+    for (int hi = 0; hi < H; ++hi)
+      settle_exact(dot_exact(gr, in.residual + (s * H + hi) * D), in, ExactTensor::grad_comb, (s * H + hi) * H + ho, {},
+                   out, opt, scratch, fallbacks);
   }
   return fallbacks;
 }

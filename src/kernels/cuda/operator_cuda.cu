@@ -115,65 +115,6 @@ BackwardOutputs host_slab(const BackwardOutputs& out, const Shape& sh, int64_t s
           offset(out.grad_post_f64, s0 * H), offset(out.grad_comb_f64, s0 * H * H)};
 }
 
-double bf(bf16_bits b) { return static_cast<double>(bf16_to_float(b)); }
-
-// Finishes one listed exact element from the host inputs of the slab (`in`, `out` are slab views).
-void finish_forward_item(const InputsView& in, const ForwardOutputs& out, int64_t i, ExactBackend backend,
-                         std::vector<double>& terms) {
-  const int H = in.shape.H;
-  const int64_t D = in.shape.D;
-  const int64_t s = i / (H * D), ho = (i / D) % H, d = i % D;
-  terms.assign(1, double(in.post[s * H + ho]) * bf(in.x[s * D + d]));
-  for (int k = 0; k < H; ++k) terms.push_back(double(in.comb[(s * H + k) * H + ho]) * bf(in.residual[(s * H + k) * D + d]));
-  const ExactRounded r = exact_sum_multiprecision(terms, backend);
-  out.out[i] = r.bf16();
-  if (out.out_f64) out.out_f64[i] = r.rn64;
-}
-
-void finish_backward_item(const InputsView& in, const BackwardOutputs& out, FallbackKind kind, int64_t i,
-                          ExactBackend backend, std::vector<double>& terms) {
-  const int H = in.shape.H;
-  const int64_t D = in.shape.D;
-  auto g = [&](int64_t s, int64_t ho, int64_t d) { return bf(in.grad_out[(s * H + ho) * D + d]); };
-  terms.clear();
-  switch (kind) {
-    case FallbackKind::grad_x: {
-      const int64_t s = i / D, d = i % D;
-      for (int ho = 0; ho < H; ++ho) terms.push_back(double(in.post[s * H + ho]) * g(s, ho, d));
-      const ExactRounded r = exact_sum_multiprecision(terms, backend);
-      out.grad_x[i] = r.bf16();
-      if (out.grad_x_f64) out.grad_x_f64[i] = r.rn64;
-      return;
-    }
-    case FallbackKind::grad_residual: {
-      const int64_t s = i / (H * D), hi = (i / D) % H, d = i % D;
-      for (int ho = 0; ho < H; ++ho) terms.push_back(double(in.comb[(s * H + hi) * H + ho]) * g(s, ho, d));
-      const ExactRounded r = exact_sum_multiprecision(terms, backend);
-      out.grad_residual[i] = r.bf16();
-      if (out.grad_residual_f64) out.grad_residual_f64[i] = r.rn64;
-      return;
-    }
-    case FallbackKind::grad_post: {
-      const int64_t s = i / H, ho = i % H;
-      for (int64_t d = 0; d < D; ++d) terms.push_back(g(s, ho, d) * bf(in.x[s * D + d]));
-      const ExactRounded r = exact_sum_multiprecision(terms, backend);
-      out.grad_post[i] = r.fp32();
-      if (out.grad_post_f64) out.grad_post_f64[i] = r.rn64;
-      return;
-    }
-    case FallbackKind::grad_comb: {
-      const int64_t s = i / (H * H), hi = (i / H) % H, ho = i % H;
-      for (int64_t d = 0; d < D; ++d) terms.push_back(g(s, ho, d) * bf(in.residual[(s * H + hi) * D + d]));
-      const ExactRounded r = exact_sum_multiprecision(terms, backend);
-      out.grad_comb[i] = r.fp32();
-      if (out.grad_comb_f64) out.grad_comb_f64[i] = r.rn64;
-      return;
-    }
-    case FallbackKind::out: break;
-  }
-  throw std::logic_error("a forward fallback item in a backward run");
-}
-
 FallbackKind kind_of(unsigned long long item) { return static_cast<FallbackKind>(item >> kFallbackKindShift); }
 int64_t index_of(unsigned long long item) { return static_cast<int64_t>(item & kFallbackIndexMask); }
 
@@ -229,7 +170,8 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
       forward_cpu(pd, hin, hout, CpuOptions{0, backend});  // bit-identical by construction (SPEC §2)
       continue;
     }
-    for (unsigned long long item : items) finish_forward_item(hin, hout, index_of(item), backend, terms);
+    for (unsigned long long item : items)
+      finish_exact_element(hin, kind_of(item), index_of(item), hout, {}, backend, terms);
   }
   return stats;
 }
@@ -284,7 +226,8 @@ RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutp
       backward_cpu(pd, hin, hout, CpuOptions{0, backend});
       continue;
     }
-    for (unsigned long long item : items) finish_backward_item(hin, hout, kind_of(item), index_of(item), backend, terms);
+    for (unsigned long long item : items)
+      finish_exact_element(hin, kind_of(item), index_of(item), {}, hout, backend, terms);
   }
   return stats;
 }

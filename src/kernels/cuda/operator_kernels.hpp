@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/exact_terms.hpp"
 #include "kernels/tensors.hpp"
 #include "policy/policy.hpp"
 
@@ -20,7 +21,8 @@ struct FallbackList {
   unsigned long long capacity = 0;
 };
 
-enum class FallbackKind : unsigned { out = 0, grad_x = 1, grad_residual = 2, grad_post = 3, grad_comb = 4 };
+// The tensor an item belongs to: kernels/exact_terms.hpp finishes it on the host.
+using FallbackKind = ExactTensor;
 inline constexpr int kFallbackKindShift = 58;
 inline constexpr unsigned long long kFallbackIndexMask = (1ull << kFallbackKindShift) - 1;
 
