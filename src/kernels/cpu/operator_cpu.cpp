@@ -32,54 +32,45 @@ void settle_exact(const ExactAccumulator& acc, const InputsView& in, ExactTensor
   finish_exact_element(in, tensor, i, fwd, bwd, opt.exact_backend, scratch);
 }
 
-// Per-token scratch: comb columns (c[ho][k] = comb[s,k,ho]) and one column of residual values.
-struct TokenScratch {
-  float comb_col[kMaxStreams][kMaxStreams];
-  float r[kMaxStreams];
-  float g[kMaxStreams];
-};
-
-template <class T>
-void forward_token_rounded(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, int64_t s) {
+// Walks token s's outputs in (d, ho) order and hands each element's operands to `element`:
+// p = post[s,ho], x = x[s,d], c[k] = comb[s,k,ho] (a column, gathered once per token), r[k] = residual[s,k,d].
+template <class ElementFn>
+void for_each_forward_element(const InputsView& in, int64_t s, ElementFn&& element) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
-  TokenScratch sc;
+  float comb_col[kMaxStreams][kMaxStreams];
+  float r[kMaxStreams];
   const float* post = in.post + s * H;
   const float* comb = in.comb + s * H * H;
   for (int ho = 0; ho < H; ++ho)
-    for (int k = 0; k < H; ++k) sc.comb_col[ho][k] = comb[k * H + ho];
+    for (int k = 0; k < H; ++k) comb_col[ho][k] = comb[k * H + ho];
   const bf16_bits* x = in.x + s * D;
   const bf16_bits* res = in.residual + s * H * D;
   for (int64_t d = 0; d < D; ++d) {
     const float xv = bf16_to_float(x[d]);
-    for (int k = 0; k < H; ++k) sc.r[k] = bf16_to_float(res[k * D + d]);
-    for (int ho = 0; ho < H; ++ho) {
-      const T v = forward_value<T>(pd, post[ho], xv, sc.comb_col[ho], sc.r, H);
-      const int64_t i = (s * H + ho) * D + d;
-      out.out[i] = round_to_bf16_rne(v);
-      if constexpr (sizeof(T) == sizeof(double))
-        if (out.out_f64) out.out_f64[i] = v;
-    }
+    for (int k = 0; k < H; ++k) r[k] = bf16_to_float(res[k * D + d]);
+    for (int ho = 0; ho < H; ++ho) element(post[ho], xv, comb_col[ho], r, (s * H + ho) * D + d);
   }
+}
+
+template <class T>
+void forward_token_rounded(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, int64_t s) {
+  const int H = in.shape.H;
+  for_each_forward_element(in, s, [&](float p, float x, const float* c, const float* r, int64_t i) {
+    const T v = forward_value<T>(pd, p, x, c, r, H);
+    out.out[i] = round_to_bf16_rne(v);
+    if constexpr (sizeof(T) == sizeof(double))
+      if (out.out_f64) out.out_f64[i] = v;
+  });
 }
 
 int64_t forward_token_exact(const InputsView& in, const ForwardOutputs& out, int64_t s, const CpuOptions& opt) {
   const int H = in.shape.H;
-  const int64_t D = in.shape.D;
-  TokenScratch sc;
-  const float* post = in.post + s * H;
-  const float* comb = in.comb + s * H * H;
-  for (int ho = 0; ho < H; ++ho)
-    for (int k = 0; k < H; ++k) sc.comb_col[ho][k] = comb[k * H + ho];
   int64_t fallbacks = 0;
   std::vector<double> scratch;
-  for (int64_t d = 0; d < D; ++d) {
-    const float xv = bf16_to_float(in.x[s * D + d]);
-    for (int k = 0; k < H; ++k) sc.r[k] = bf16_to_float(in.residual[(s * H + k) * D + d]);
-    for (int ho = 0; ho < H; ++ho)
-      settle_exact(forward_exact(post[ho], xv, sc.comb_col[ho], sc.r, H), in, ExactTensor::out, (s * H + ho) * D + d,
-                   out, {}, opt, scratch, fallbacks);
-  }
+  for_each_forward_element(in, s, [&](float p, float x, const float* c, const float* r, int64_t i) {
+    settle_exact(forward_exact(p, x, c, r, H), in, ExactTensor::out, i, out, {}, opt, scratch, fallbacks);
+  });
   return fallbacks;
 }
 
