@@ -19,19 +19,7 @@ import sys
 
 import numpy as np
 
-
-def read_bf16(path, shape):
-    bits = np.fromfile(path, dtype="<u2")
-    if bits.size != int(np.prod(shape)):
-        sys.exit(f"{path}: expected {int(np.prod(shape))} bf16 values, found {bits.size}")
-    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(shape).astype(np.float64)
-
-
-def read_f32(path, shape):
-    v = np.fromfile(path, dtype="<f4")
-    if v.size != int(np.prod(shape)):
-        sys.exit(f"{path}: expected {int(np.prod(shape))} float32 values, found {v.size}")
-    return v.reshape(shape).astype(np.float64)
+from raw_inputs import configurations
 
 
 def exact_sums(terms):
@@ -75,16 +63,10 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: exact_fsum.py DIR")
     root = sys.argv[1]
-    with open(os.path.join(root, "manifest.txt")) as manifest:
-        configs = [line.split() for line in manifest if line.strip()]
-    for name, S, H, D in configs:
-        S, H, D = int(S), int(H), int(D)
+    for name, S, H, D, inputs in configurations(root):
         base = os.path.join(root, name)
-        x = read_bf16(base + ".x", (S, D))
-        r = read_bf16(base + ".residual", (S, H, D))
-        g = read_bf16(base + ".grad_out", (S, H, D))
-        post = read_f32(base + ".post", (S, H))
-        comb = read_f32(base + ".comb", (S, H, H))   # comb[s, src, dst]
+        x, r, g, post, comb = (inputs[k].astype(np.float64) for k in ("x", "residual", "grad_out", "post", "comb"))
+        # comb is [s, src, dst]
 
         # out[s,ho,d] = post[s,ho] x[s,d] + sum_k comb[s,k,ho] r[s,k,d]
         mix = comb[:, :, :, None] * r[:, :, None, :]                      # [S, k, ho, D]

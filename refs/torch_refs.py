@@ -26,25 +26,12 @@ import sys
 import numpy as np
 import torch
 
+from raw_inputs import configurations
+
 BF16 = torch.bfloat16
 
 
-# ---- raw I/O: bf16 travels as its bit pattern, converted exactly through float32 -------------------
-
-def read_bf16(path, shape):
-    bits = np.fromfile(path, dtype="<u2")
-    if bits.size != int(np.prod(shape)):
-        sys.exit(f"{path}: expected {int(np.prod(shape))} bf16 values, found {bits.size}")
-    as_f32 = (bits.astype(np.uint32) << 16).view(np.float32).reshape(shape)
-    return torch.from_numpy(as_f32.copy()).to(BF16)  # exact: every value is a bf16 value
-
-
-def read_f32(path, shape):
-    v = np.fromfile(path, dtype="<f4")
-    if v.size != int(np.prod(shape)):
-        sys.exit(f"{path}: expected {int(np.prod(shape))} float32 values, found {v.size}")
-    return torch.from_numpy(v.reshape(shape).copy())
-
+# ---- raw output: tensors written as their bit patterns (inputs: raw_inputs.py) ---------------------
 
 def write_tensor(path, t):
     t = t.detach()
@@ -191,16 +178,11 @@ def main():
         env.write(f"machine={platform.machine()} processor={platform.processor() or 'unknown'}\n")
         env.write("config=" + " | ".join(l.strip() for l in torch.__config__.show().splitlines()
                                          if "CPU capability" in l or "MKL-DNN" in l) + "\n")
-    with open(os.path.join(root, "manifest.txt")) as manifest:
-        configs = [line.split() for line in manifest if line.strip()]
-    for name, S, H, D in configs:
-        S, H, D = int(S), int(H), int(D)
+    for name, S, H, D, inputs in configurations(root):
         base = os.path.join(root, name)
-        x = read_bf16(base + ".x", (S, D))
-        residual = read_bf16(base + ".residual", (S, H, D))
-        grad_out = read_bf16(base + ".grad_out", (S, H, D))
-        post = read_f32(base + ".post", (S, H))
-        comb = read_f32(base + ".comb", (S, H, H))
+        # bf16 tensors from float32 arrays: exact, every value is a bf16 value.
+        x, residual, grad_out = (torch.from_numpy(inputs[k].copy()).to(BF16) for k in ("x", "residual", "grad_out"))
+        post, comb = (torch.from_numpy(inputs[k].copy()) for k in ("post", "comb"))
         refs = {
             "hf": hf_expression(x, residual, post, comb, grad_out),
             "deepseek": deepseek_expression(x, residual, post, comb, grad_out),
