@@ -10,6 +10,7 @@
 
 #include "numerics/bf16.hpp"
 #include "numerics/exact_fallback.hpp"
+#include "numerics/exact_filter.hpp"
 #include "numerics/exact_sum.hpp"
 
 namespace mhc {
@@ -180,6 +181,119 @@ TEST(ExactSum, FastPathEqualsMultiprecisionOnAdversarialTerms) {
   }
   EXPECT_GT(certified, total / 2);
   EXPECT_LT(certified, total);  // the wide trials must exercise the fallback
+}
+
+// round_to_bf16_rne(double) rounds bf16's normal range on the high word; elsewhere it goes through
+// round-to-odd binary32. Both routes must agree wherever the first applies: high words built around the
+// round bit (bits 0..12 at, just below and just above 0x1000), low words zero or not, every exponent.
+TEST(Bf16, FromDoubleHighWordPathEqualsRoundToOdd) {
+  std::mt19937_64 rng(23);
+  const uint32_t patterns[] = {0x0000, 0x0001, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x0800, 0x17ff};
+  int64_t checked = 0;
+  for (uint32_t field = 1; field < 2047; ++field)
+    for (int i = 0; i < 200; ++i) {
+      const uint32_t mant_hi = static_cast<uint32_t>(rng()) & 0xfe000u;  // bf16's 7 bits
+      const uint32_t low13 = i < 64 ? patterns[i % 8] : static_cast<uint32_t>(rng()) & 0x1fffu;
+      const uint32_t lo = i % 3 == 0 ? 0u : (i % 3 == 1 ? 1u : static_cast<uint32_t>(rng()));
+      const uint32_t sign = (i & 1) ? 0x80000000u : 0u;
+      const double v = double_from_bits((uint64_t(sign | field << 20 | mant_hi | low13) << 32) | lo);
+      ASSERT_EQ(round_to_bf16_rne(v), round_to_bf16_rne(round_to_fp32_odd(v))) << "v=" << v;
+      ++checked;
+    }
+  EXPECT_EQ(checked, 2046 * 200);
+}
+
+// ---- The bf16 filter for exact short sums (numerics/exact_filter.hpp) ----
+
+struct FilterCase {
+  std::vector<float> a, b;
+};
+
+// The filter's answer, when it gives one, must be RNb of the exact sum (Boost); on operator-like data it
+// must give one almost always, and it must decline ties, near-ties and deep cancellation.
+TEST(ExactFilter, AcceptedAnswersEqualTheExactSumRounded) {
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::uniform_int_distribution<int> nterms(1, 17), expo(-60, 60);
+  int64_t accepted = 0, plain_total = 0, plain_accepted = 0;
+  for (int trial = 0; trial < 300000; ++trial) {
+    const int kind = trial % 6;  // 0,1: randn-like; 2: wide exponents; 3: near-ties; 4: cancellation; 5: ties
+    const int n = nterms(rng);
+    FilterCase c;
+    for (int i = 0; i < n; ++i) {
+      float a = kind == 2 ? std::ldexp(unit(rng), expo(rng)) : 2.0f * unit(rng);
+      float b = normal(rng);
+      if (kind == 2) b = std::ldexp(b, expo(rng));
+      c.a.push_back(a);
+      c.b.push_back(bf16_to_float(round_to_bf16_rne(b)));
+    }
+    if (kind == 3 || kind == 5) {
+      // One term on a bf16 midpoint (an exact tie) or one fp32 step from it, the others tiny or zero.
+      const bf16_bits lower = round_to_bf16_rne(normal(rng) + 2.0f);
+      const float mid = (bf16_to_float(lower) + bf16_to_float(bf16_bits(lower + 1))) / 2;  // exact in binary32
+      c.a[0] = kind == 5 ? mid : std::nextafter(mid, trial % 2 ? 10.0f : -10.0f);
+      c.b[0] = 1.0f;
+      for (int i = 1; i < n; ++i) c.a[i] = i % 2 ? 0.0f : std::ldexp(c.a[i], -60);
+    }
+    if (kind == 4 && n >= 2) {
+      // a0·b0 + a1·b1 cancels all but a few bits.
+      c.b[1] = -c.b[0];
+      c.a[1] = std::nextafter(c.a[0], trial % 2 ? 10.0f : 0.0f);
+      for (int i = 2; i < n; ++i) c.a[i] = std::ldexp(c.a[i], -40 + i);
+    }
+    ExactBf16Filter f;
+    f.first(c.a[0], c.b[0]);
+    for (int i = 1; i < n; ++i) f.add(c.a[i], c.b[i]);
+    bf16_bits got = 0;
+    const bool ok = f.bf16(got);
+    if (kind <= 1) {
+      ++plain_total;
+      plain_accepted += ok;
+    }
+    if (!ok) continue;
+    ++accepted;
+    std::vector<double> terms;
+    for (int i = 0; i < n; ++i) terms.push_back(double(c.a[i]) * double(c.b[i]));
+    const bf16_bits want = exact_sum_multiprecision(terms, ExactBackend::boost).bf16();
+    ASSERT_EQ(got, want) << "trial " << trial << " kind " << kind;
+    ASSERT_NE(kind, 5) << "an exact tie must be declined (trial " << trial << ")";
+  }
+  EXPECT_GT(plain_accepted, plain_total * 99 / 100) << "the filter should settle almost every randn-like sum";
+  EXPECT_GT(accepted, 100000);
+}
+
+// Hand-derived: 1 + 2^-8 is a bf16 tie, and 1 + 2^-8 ± 2^-23 lies within 2^-20 of it: declined.
+// 1 + 2^-8 ± 2^-18 is far enough: accepted, rounding up to 1 + 2^-7 (0x3f81) or down to 1 (0x3f80).
+TEST(ExactFilter, HandDerivedCases) {
+  bf16_bits out = 0;
+  ExactBf16Filter tie;
+  tie.first(1.0f + 0x1p-8f, 1.0f);
+  EXPECT_FALSE(tie.bf16(out));
+  ExactBf16Filter near;
+  near.first(1.0f + 0x1p-8f + 0x1p-23f, 1.0f);
+  EXPECT_FALSE(near.bf16(out));
+  ExactBf16Filter above;
+  above.first(1.0f + 0x1p-8f + 0x1p-18f, 1.0f);
+  ASSERT_TRUE(above.bf16(out));
+  EXPECT_EQ(out, 0x3f81);
+  ExactBf16Filter below;
+  below.first(1.0f + 0x1p-8f - 0x1p-18f, 1.0f);
+  ASSERT_TRUE(below.bf16(out));
+  EXPECT_EQ(out, 0x3f80);
+  ExactBf16Filter negative;
+  negative.first(-1.5f, 2.0f);
+  negative.add(0.25f, 1.0f);
+  ASSERT_TRUE(negative.bf16(out));
+  EXPECT_EQ(out, round_to_bf16_rne(-2.75f));
+  ExactBf16Filter deep;  // (1 + 2^-23) - 1 - (2^-23 - 2^-40) = 2^-40: 41 bits cancelled
+  deep.first(1.0f + 0x1p-23f, 1.0f);
+  deep.add(1.0f, -1.0f);
+  deep.add(0x1p-23f - 0x1p-40f, -1.0f);
+  EXPECT_FALSE(deep.bf16(out));
+  ExactBf16Filter zero;
+  zero.first(0.0f, -0.0f);
+  EXPECT_FALSE(zero.bf16(out)) << "zero sums go to the certified path (signed zero rules)";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "numerics/bf16.hpp"
+#include "numerics/exact_filter.hpp"
 #include "numerics/exact_sum.hpp"
 #include "numerics/fp_ops.hpp"
 #include "policy/policy.hpp"
@@ -55,8 +56,8 @@ MHC_HD T add_mix_term(const PolicyDesc& pd, T acc, T c, T r) {
   return pd.mix_product == MixProduct::fused ? op_fma(c, r, acc) : op_add(acc, op_mul(c, r));
 }
 
-template <class T>
-MHC_HD T mix_sum(const PolicyDesc& pd, const float* c, const float* r, int H) {
+template <class T, class V>
+MHC_HD T mix_sum(const PolicyDesc& pd, const float* c, const V* r, int H) {
   if (pd.order != TermOrder::mix_pairwise) {
     T m = zero_accumulator<T>();
     for (int k = 0; k < H; ++k) m = add_mix_term(pd, m, T(coefficient(pd, c[k])), T(r[k]));
@@ -79,8 +80,10 @@ MHC_HD T mix_sum(const PolicyDesc& pd, const float* c, const float* r, int H) {
   return v[0];
 }
 
-template <class T>
-MHC_HD T forward_value(const PolicyDesc& pd, float p_in, float x_in, const float* c, const float* r, int H) {
+// V is the type x and r arrive in: float, or already widened to double by a caller that reuses them (the
+// widening is exact, so the result does not depend on V).
+template <class T, class V = float>
+MHC_HD T forward_value(const PolicyDesc& pd, float p_in, V x_in, const float* c, const V* r, int H) {
   const T p = T(coefficient(pd, p_in));
   const T x = T(x_in);
   if (pd.order == TermOrder::seeded) {
@@ -110,12 +113,23 @@ MHC_HD ExactAccumulator forward_exact(float p, float x, const float* c, const fl
   return acc;
 }
 
+// RNb of the exact forward value when the cheap filter (numerics/exact_filter.hpp) proves it; false when
+// the caller must take forward_exact. Only for callers that store the bf16 result alone.
+// xw, rw: x and r widened to binary64 by the caller.
+MHC_HD bool forward_exact_bf16(float p, float x, double xw, const float* c, const float* r, const double* rw, int H,
+                               bf16_bits& out) {
+  ExactBf16Filter f;
+  f.first(p, x, xw);
+  for (int k = 0; k < H; ++k) f.add(c[k], r[k], rw[k]);
+  return f.bf16(out);
+}
+
 // ---- Backward: sums over the H streams ----------------------------------------------------------------
 // ∂x[d] = Σ_ho post[ho]·g[ho,d] (post path) and ∂residual[hi,d] = Σ_ho comb[hi,ho]·g[ho,d]; w[ho] is the
 // weight row, g[ho] the gradient values at d. Sequential over ho.
 
-template <class T>
-MHC_HD T stream_grad_value(const PolicyDesc& pd, const float* w, const float* g, int H, bool post_path) {
+template <class T, class V = float>
+MHC_HD T stream_grad_value(const PolicyDesc& pd, const float* w, const V* g, int H, bool post_path) {
   const bool round_products = post_path && pd.grad_product == GradProduct::bf16;
   T acc = zero_accumulator<T>();
   for (int ho = 0; ho < H; ++ho) {
@@ -134,6 +148,14 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
   return acc;
 }
 
+// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual).
+MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {
+  ExactBf16Filter f;
+  f.first(w[0], g[0]);
+  for (int ho = 1; ho < H; ++ho) f.add(w[ho], g[ho]);
+  return f.bf16(out);
+}
+
 // ---- Backward: sums over D, in the canonical order (docs/policies.md) ------------------------------------
 // ∂post[ho] = Σ_d g[ho,d]·x[d] (post path) and ∂comb[hi,ho] = Σ_d g[ho,d]·r[hi,d].
 // Element d belongs to chunk d/8; chunk j is owned by lane j mod 32 (one 16-byte bf16 load per lane on
@@ -146,8 +168,8 @@ inline constexpr int kReduceChunk = 8;
 MHC_HD int reduce_lane_of(int64_t d) { return static_cast<int>((d / kReduceChunk) % kReduceLanes); }
 
 // One step of a lane's partial sum: acc + a·b under the policy.
-template <class T>
-MHC_HD T dot_step(const PolicyDesc& pd, T acc, float a, float b, bool post_path) {
+template <class T, class V = float>
+MHC_HD T dot_step(const PolicyDesc& pd, T acc, V a, V b, bool post_path) {
   if (post_path && pd.grad_product == GradProduct::bf16) return op_add(acc, op_round_bf16(op_mul(T(a), T(b))));
   if (pd.grad_contract) return op_fma(T(a), T(b), acc);
   return op_add(acc, op_mul(T(a), T(b)));

@@ -11,7 +11,7 @@ using bf16_bits = uint16_t;
 
 MHC_HD float bf16_to_float(bf16_bits b) { return float_from_bits(static_cast<uint32_t>(b) << 16); }
 
-// RNb from binary32.
+// RNb from binary32 by integer operations: add 0x7fff plus the last kept bit, truncate. Any input.
 MHC_HD bf16_bits round_to_bf16_rne(float f) {
   uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_bits>((u >> 16) | 0x0040u);
@@ -19,11 +19,40 @@ MHC_HD bf16_bits round_to_bf16_rne(float f) {
   return static_cast<bf16_bits>(u >> 16);
 }
 
-// RNb from binary64, rounded once (via round-to-odd binary32, never via RN32).
-MHC_HD bf16_bits round_to_bf16_rne(double d) { return round_to_bf16_rne(round_to_fp32_odd(d)); }
+// RNb then back to binary32: the value a bf16 rounding step leaves in an fp32 register. On the GPU this is
+// the hardware conversion (cvt.rn.bf16.f32: RNE, subnormals kept, overflow to inf), which runs on the
+// conversion pipe and so leaves the integer pipe, which the bf16 policies saturate, to the integer route
+// of the stored results (docs/cuda.md). Only a NaN's payload can differ (SPEC §5 does not compare them);
+// tests/gpu checks both routes against each other on all 2^32 inputs.
+MHC_HD float rnb(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return bf16_to_float(h);
+#else
+  return bf16_to_float(round_to_bf16_rne(f));
+#endif
+}
 
-// RNb then back to binary32: the value a bf16 rounding step leaves in an fp32 register.
-MHC_HD float rnb(float f) { return bf16_to_float(round_to_bf16_rne(f)); }
+// RNb from binary64, rounded once. In bf16's normal range (2^-126 <= |d| < 2^128) the rounding is done on
+// the high word: the bits below bf16's last place are bit 12 (the round bit), bits 0..11 and the low word
+// (sticky, folded into bit 0), so adding 0xfff plus the last kept bit carries exactly when RNE rounds up;
+// the exponent is then rebiased from 1023 to 127 (a carry out of the largest binade gives bf16 inf, as RNE
+// does). Integer operations only: on the GPU the float conversions run on a narrow pipe (docs/cuda.md).
+// Elsewhere (subnormal, zero, inf, NaN) through round-to-odd binary32, never via RN32.
+MHC_HD bf16_bits round_to_bf16_rne(double d) {
+  const uint64_t u = double_bits(d);
+  const uint32_t hi = static_cast<uint32_t>(u >> 32), lo = static_cast<uint32_t>(u);
+  const uint32_t mag = hi & 0x7fffffffu;
+  constexpr uint32_t kLowest = (1023u - 126u) << 20, kBeyond = (1023u + 128u) << 20;
+  if (mag - kLowest < kBeyond - kLowest) {
+    const uint32_t h = mag | (lo != 0 ? 1u : 0u);
+    const uint32_t r = (h + 0xfffu + ((h >> 13) & 1u)) >> 13;
+    return static_cast<bf16_bits>((r - (896u << 7)) | ((hi >> 16) & 0x8000u));
+  }
+  return round_to_bf16_rne(round_to_fp32_odd(d));
+}
+
 
 MHC_HD bool bf16_is_nan(bf16_bits b) { return (b & 0x7fffu) > 0x7f80u; }
 

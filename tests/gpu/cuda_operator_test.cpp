@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -18,6 +19,7 @@
 #include "kernels/dispatch.hpp"
 #include "policy/policy.hpp"
 #include "../test_inputs.hpp"
+#include "rounding_check.hpp"
 
 namespace mhc {
 namespace {
@@ -163,8 +165,59 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
   expect_policy_identical(exact, in, "planted");
 }
 
+// Tokens whose exact sums land on, or next to, bf16 rounding midpoints, and one whose sum cancels 41 bits:
+// the cases the bf16 filter must pass on to the certified path.
+void plant_midpoints(Inputs& in) {
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  for (int64_t s = 0; s < std::min<int64_t>(in.shape.S, 6); ++s) {
+    for (int h = 0; h < H; ++h) {
+      in.post[s * H + h] = 1.0f + 0x1p-8f + (s % 3 == 1 ? 0x1p-23f : 0.0f) - (s % 3 == 2 ? 0x1p-23f : 0.0f);
+      for (int k = 0; k < H; ++k) in.comb[(s * H + k) * H + h] = s >= 3 ? 0.0f : 0x1p-30f * float(k + 1);
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      in.x[s * D + d] = round_to_bf16_rne(s == 5 ? 1.0f : float(1 + d % 3));
+      for (int k = 0; k < H; ++k) in.residual[(s * H + k) * D + d] = round_to_bf16_rne(s == 5 ? -1.0f : 0.0f);
+    }
+    if (s == 5)  // (1 + 2^-23)·1 - 1·1 - (2^-23 - 2^-40)·1 = 2^-40: 41 bits cancel (H >= 2)
+      for (int h = 0; h < H; ++h) {
+        in.post[s * H + h] = 1.0f + 0x1p-23f;
+        for (int k = 0; k < H; ++k) in.comb[(s * H + k) * H + h] = k == 0 ? 1.0f : k == 1 ? 0x1p-23f - 0x1p-40f : 0.0f;
+      }
+  }
+}
+
+// Without the binary64 twins the exact kernels settle almost every bf16 element with the filter of
+// numerics/exact_filter.hpp and pass the rest to the certified path: every bit must still equal the CPU's
+// (which always takes the certified path).
+TEST(CudaOperator, ExactWithoutBinary64TwinsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const Policy exact = find_policy("exact");
+  for (int H : {1, 2, 4, 8, 3})
+    for (bool wide : {false, true}) {
+      Inputs in = random_inputs(Shape{29, H, H == 3 ? 264 : 4096}, 300 + H * 2 + wide, wide);
+      plant_midpoints(in);
+      PolicyResult cpu, gpu;
+      allocate_result(cpu, in.shape, true, true);
+      allocate_result(gpu, in.shape, false, true);
+      std::fill(gpu.out.begin(), gpu.out.end(), bf16_bits{0x7fc1});
+      std::fill(gpu.grad_x.begin(), gpu.grad_x.end(), bf16_bits{0x1234});
+      std::fill(gpu.grad_residual.begin(), gpu.grad_residual.end(), bf16_bits{0x1234});
+      forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
+      backward_cpu(exact.desc, in.view(), backward_outputs(cpu));
+      cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+      cuda::backward(exact.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
+      const std::string at = fmt::format("exact, no twins, H={} wide={}", H, wide);
+      expect_identical(gpu.out, cpu.out, at + " out");
+      expect_identical(gpu.grad_x, cpu.grad_x, at + " grad_x");
+      expect_identical(gpu.grad_residual, cpu.grad_residual, at + " grad_residual");
+      expect_identical(gpu.grad_post, cpu.grad_post, at + " grad_post");
+      expect_identical(gpu.grad_comb, cpu.grad_comb, at + " grad_comb");
+    }
+}
+
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware
-// conversion instruction for RNb) must give the CPU's bits there too, including infinities.
+// conversion instruction for intermediate RNb) must give the CPU's bits there too, including infinities.
 TEST(CudaOperator, SubnormalAndOverflowingOutputsRoundLikeTheCpu) {
   SKIP_WITHOUT_GPU();
   Inputs in = random_inputs(Shape{40, 4, 256}, 11);
@@ -178,6 +231,17 @@ TEST(CudaOperator, SubnormalAndOverflowingOutputsRoundLikeTheCpu) {
       for (int k = 0; k < 4; ++k) in.comb[(s * 4 + k) * 4 + h] = std::ldexp(unit(rng), s % 2 ? -135 : 90);
     }
   for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, "tiny/huge");
+}
+
+// The rounding routes as compiled for the GPU: RNb of binary32 by the hardware conversion (numerics/bf16.hpp)
+// equals the integer route on all 2^32 inputs, and RNb of binary64 on the high word equals round-to-odd.
+TEST(CudaOperator, RoundingRoutesAgreeOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  const testing::RoundingCheck f = testing::check_float_rounding_on_gpu();
+  EXPECT_EQ(f.checked, uint64_t{1} << 32);
+  EXPECT_EQ(f.mismatches, 0u) << "first mismatch at bits 0x" << std::hex << f.first;
+  const testing::RoundingCheck d = testing::check_double_rounding_on_gpu();
+  EXPECT_EQ(d.mismatches, 0u) << "first mismatch at bits 0x" << std::hex << d.first;
 }
 
 // `run --device auto` picks the GPU where one is present.

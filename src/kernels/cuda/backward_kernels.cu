@@ -15,24 +15,87 @@ namespace {
 
 using namespace detail;
 
-// ---- Backward, specialised: one warp per token, everything in registers -----------------------------------
+// ---- Backward, specialised: one warp per token, a cp.async ring in shared memory --------------------------
 // Lane l owns the chunks j = l, l+32, l+64, ... of the token (the canonical lane of operator_math.hpp), walks
 // them in ascending d, writes ∂x and ∂residual for them and keeps the H + H·H dot-product partials in
 // registers; a shuffle tree then combines the 32 partials. Rows are aligned (D % 8 == 0).
+// The 1 + 2H rows of a lane's next chunks are copied into a per-lane ring of kStages slots in shared memory
+// with cp.async while the current chunk is computed, so loads stay in flight without holding registers.
+// Each lane reads only the slots it filled, so no barrier is needed; a slot is refilled one iteration after
+// its values were read into registers and used.
 
 constexpr int kBackwardWarps = 4;
+constexpr int kStages = 3;
+
+constexpr int backward_rows(int H) { return 1 + 2 * H; }  // x, residual[0..H), grad_out[0..H)
+constexpr size_t backward_ring_bytes(int H) {
+  return size_t(kBackwardWarps) * kStages * backward_rows(H) * kReduceLanes * sizeof(uint4);
+}
+
+__device__ __forceinline__ void copy16_async(uint4* smem, const bf16_bits* gmem) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(gmem) : "memory");
+#else
+  *smem = __ldg(reinterpret_cast<const uint4*>(gmem));
+#endif
+}
+
+__device__ __forceinline__ void commit_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+__device__ __forceinline__ Chunk chunk_from(const uint4& v) {
+  Chunk c;
+  c.w[0] = v.x, c.w[1] = v.y, c.w[2] = v.z, c.w[3] = v.w;
+  return c;
+}
 
 template <Mode M, int H, class Pol>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out) {
   using T = RoundedT<M>;
-  constexpr int kChunksInFlight = H <= 2 ? 4 : H == 4 ? 2 : 1;
+  constexpr int kRows = backward_rows(H);
+  extern __shared__ uint4 ring_memory[];
   const PolicyDesc pd = pol.get();
   const int lane = threadIdx.x & 31;
+  // This lane's slot of (stage, row) is ring[(stage * kRows + row) * 32].
+  uint4* const ring = ring_memory + (threadIdx.x / 32) * kStages * kRows * kReduceLanes + lane;
   const int64_t D = in.shape.D;
   const int64_t chunks = D / kChunk;
+  const int64_t steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
   const int64_t warps = int64_t(gridDim.x) * kBackwardWarps;
   for (int64_t s = int64_t(blockIdx.x) * kBackwardWarps + threadIdx.x / 32; s < in.shape.S; s += warps) {
+    const bf16_bits* rows[kRows];
+    rows[0] = in.x + s * D;
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      rows[1 + h] = in.residual + (s * H + h) * D;
+      rows[1 + H + h] = in.grad_out + (s * H + h) * D;
+    }
+    // Step i covers chunk j = lane + 32·i, in ring stage i mod kStages.
+    auto fetch = [&](int64_t i) {
+      uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
+      const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) copy16_async(slot + r * kReduceLanes, rows[r] + d0);
+    };
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+      if (i < steps) fetch(i);
+      commit_copies();
+    }
+
     float pw[H], cw[H][H];  // post[s, ho] and comb[s, hi, ho]
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) pw[ho] = __ldg(in.post + s * H + ho);
@@ -47,46 +110,53 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
 #pragma unroll
       for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = zero_accumulator<T>();
     }
-    // Several chunks' loads in flight per lane (the adds stay in order: each partial is one chain).
-#pragma unroll kChunksInFlight
-    for (int64_t j = lane; j < chunks; j += kReduceLanes) {
-      const int64_t d0 = j * kChunk;
-      const Chunk xc = load_chunk<true>(in.x + s * D + d0, kChunk);
-      Chunk gc[H], rc[H];
+
+    for (int64_t i = 0; i < steps; ++i) {
+      if (i + kStages - 1 < steps) fetch(i + kStages - 1);
+      commit_copies();
+      wait_copies<kStages - 1>();  // step i's group has landed
+      const uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
+      const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
+      const Chunk xc = chunk_from(slot[0]);
+      Chunk gc[H];
 #pragma unroll
-      for (int h = 0; h < H; ++h) {
-        gc[h] = load_chunk<true>(in.grad_out + (s * H + h) * D + d0, kChunk);
-        rc[h] = load_chunk<true>(in.residual + (s * H + h) * D + d0, kChunk);
-      }
-      Chunk gxc, grc[H];
+      for (int h = 0; h < H; ++h) gc[h] = chunk_from(slot[(1 + H + h) * kReduceLanes]);
+      Chunk gxc;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
-        float g[H];
+        T g[H];  // widened once (exact) for all the sums that read it
 #pragma unroll
-        for (int ho = 0; ho < H; ++ho) g[ho] = chunk_elem(gc[ho], e);
-        const float xv = chunk_elem(xc, e);
+        for (int ho = 0; ho < H; ++ho) g[ho] = T(chunk_elem(gc[ho], e));
+        const T xv = T(chunk_elem(xc, e));
         const T gx = stream_grad_value<T>(pd, pw, g, H, true);
         chunk_set(gxc, e, round_to_bf16_rne(gx));
         if constexpr (M == Mode::fp64)
           if (out.grad_x_f64) out.grad_x_f64[s * D + d0 + e] = gx;
 #pragma unroll
-        for (int hi = 0; hi < H; ++hi) {
-          const T gr = stream_grad_value<T>(pd, cw[hi], g, H, false);
-          chunk_set(grc[hi], e, round_to_bf16_rne(gr));
-          if constexpr (M == Mode::fp64)
-            if (out.grad_residual_f64) out.grad_residual_f64[(s * H + hi) * D + d0 + e] = gr;
-        }
-#pragma unroll
-        for (int ho = 0; ho < H; ++ho) {
-          acc_post[ho] = dot_step<T>(pd, acc_post[ho], g[ho], xv, true);
-#pragma unroll
-          for (int hi = 0; hi < H; ++hi)
-            acc_comb[hi][ho] = dot_step<T>(pd, acc_comb[hi][ho], g[ho], chunk_elem(rc[hi], e), false);
-        }
+        for (int ho = 0; ho < H; ++ho) acc_post[ho] = dot_step<T>(pd, acc_post[ho], g[ho], xv, true);
       }
       store_chunk<true>(out.grad_x + s * D + d0, kChunk, gxc);
+      // One residual row at a time: its ∂residual chunk and its H dot products with the gradient rows.
 #pragma unroll
-      for (int hi = 0; hi < H; ++hi) store_chunk<true>(out.grad_residual + (s * H + hi) * D + d0, kChunk, grc[hi]);
+      for (int hi = 0; hi < H; ++hi) {
+        const Chunk rc = chunk_from(slot[(1 + hi) * kReduceLanes]);
+        Chunk grc;
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          T g[H];
+#pragma unroll
+          for (int ho = 0; ho < H; ++ho) g[ho] = T(chunk_elem(gc[ho], e));
+          const T rv = T(chunk_elem(rc, e));
+          const T gr = stream_grad_value<T>(pd, cw[hi], g, H, false);
+          chunk_set(grc, e, round_to_bf16_rne(gr));
+          if constexpr (M == Mode::fp64)
+            if (out.grad_residual_f64) out.grad_residual_f64[(s * H + hi) * D + d0 + e] = gr;
+#pragma unroll
+          for (int ho = 0; ho < H; ++ho)
+            acc_comb[hi][ho] = dot_step<T>(pd, acc_comb[hi][ho], g[ho], rv, false);
+        }
+        store_chunk<true>(out.grad_residual + (s * H + hi) * D + d0, kChunk, grc);
+      }
     }
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) {
@@ -192,11 +262,15 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32)
             bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
             double* dst64 = which == 0 ? out.grad_x_f64 : out.grad_residual_f64;
             if constexpr (M == Mode::exact) {
-              const ExactRounded v = stream_grad_exact(w, g, H).result();
-              dst[index] = v.bf16();
-              if (dst64) dst64[index] = v.rn64;
-              if (!v.certified)
-                push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+              bf16_bits b;
+              if (dst64 || !stream_grad_exact_bf16(w, g, H, b)) {
+                const ExactRounded v = stream_grad_exact(w, g, H).result();
+                b = v.bf16();
+                if (dst64) dst64[index] = v.rn64;
+                if (!v.certified)
+                  push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+              }
+              dst[index] = b;
             } else {
               const RoundedT<M> v = stream_grad_value<RoundedT<M>>(pd, w, g, H, which == 0);
               dst[index] = round_to_bf16_rne(v);
@@ -256,23 +330,33 @@ int backward_fast_blocks(const Shape& sh) {
   return static_cast<int>(std::min<int64_t>((sh.S + kBackwardWarps - 1) / kBackwardWarps, 1 << 24));
 }
 
+template <Mode M, int H, class Pol>
+void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, cudaStream_t stream) {
+  constexpr size_t bytes = backward_ring_bytes(H);
+  // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
+  static const bool allowed = [] {
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(backward_fast_kernel<M, H, Pol>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+    return true;
+  }();
+  (void)allowed;
+  backward_fast_kernel<M, H, Pol><<<backward_fast_blocks(in.shape), kBackwardWarps * 32, bytes, stream>>>(pol, in, out);
+  MHC_CUDA_CHECK_LAUNCH();
+}
+
 template <class Pol>
 bool launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, cudaStream_t stream) {
   constexpr Mode M = static_mode<Pol>();
-  const int blocks = backward_fast_blocks(in.shape);
-  constexpr int threads = kBackwardWarps * 32;
   switch (in.shape.H) {
-    case 1: backward_fast_kernel<M, 1, Pol><<<blocks, threads, 0, stream>>>(pol, in, out); break;
-    case 2: backward_fast_kernel<M, 2, Pol><<<blocks, threads, 0, stream>>>(pol, in, out); break;
-    case 4: backward_fast_kernel<M, 4, Pol><<<blocks, threads, 0, stream>>>(pol, in, out); break;
+    case 1: launch_backward_fast_kernel<M, 1>(pol, in, out, stream); return true;
+    case 2: launch_backward_fast_kernel<M, 2>(pol, in, out, stream); return true;
+    case 4: launch_backward_fast_kernel<M, 4>(pol, in, out, stream); return true;
     case 8:
       if constexpr (M == Mode::fp64) return false;  // see backward_is_specialised
-      else backward_fast_kernel<M, 8, Pol><<<blocks, threads, 0, stream>>>(pol, in, out);
-      break;
+      else launch_backward_fast_kernel<M, 8>(pol, in, out, stream);
+      return true;
     default: return false;
   }
-  MHC_CUDA_CHECK_LAUNCH();
-  return true;
 }
 
 template <Mode M, int HC>

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_common.cuh"
@@ -20,12 +21,49 @@ using namespace detail;
 
 constexpr int kForwardThreads = 128;
 
-template <Mode M, int HC, bool kAligned, class Pol>
+// The exact value of an element the bf16 filter could not settle, out of line: the rare path keeps its
+// registers to itself.
+__device__ __noinline__ ExactRounded forward_exact_out_of_line(float p, float x, const float* c, const float* r,
+                                                              int H) {
+  return forward_exact(p, x, c, r, H).result();
+}
+
+// One output element before its bf16 packing: the policy's value (forward_value, or the exact value through
+// the bf16 filter and the certified path). x and r come as floats and as the arithmetic's type V (binary64
+// for fp64 and exact, widened once per d by the caller). `twin` receives the binary64 twin.
+template <Mode M, bool kTwin, class V>
+__device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float p, const float* cc, float xv,
+                                                     const float* r, V xw, const V* rw, int H, double& twin,
+                                                     const FallbackList& fb, int64_t index, bool valid) {
+  if constexpr (M == Mode::exact) {
+    // Without the twin, the filter settles almost every element; the rest (and every element when the twin
+    // is stored) take the certified path, and what that cannot certify is finished on the host.
+    bf16_bits b;
+    if (kTwin || !forward_exact_bf16(p, xv, xw, cc, r, rw, H, b)) {
+      const ExactRounded v = kTwin ? forward_exact(p, xv, cc, r, H).result() : forward_exact_out_of_line(p, xv, cc, r, H);
+      b = v.bf16();
+      twin = v.rn64;
+      if (!v.certified && valid) push_fallback(fb, FallbackKind::out, index);
+    }
+    return b;
+  } else {
+    const RoundedT<M> v = forward_value<RoundedT<M>>(pd, p, xw, cc, rw, H);
+    if constexpr (M == Mode::fp64) twin = v;
+    return round_to_bf16_rne(v);
+  }
+}
+
+// One thread per (token, chunk of 8 d): it loads x and the H residual rows of its chunk (16 bytes each when
+// aligned) and writes the H output chunks. HC is H as a constant (0: the generic kernel, H read at run time).
+// kTwin: the binary64 twin (out_f64) is stored (fp64 and exact only).
+// With a constant H the loop runs d outside and the output streams inside, so each x and r value is
+// unpacked (and widened) once for all H outputs; the generic kernel runs the streams outside instead (its
+// arrays are indexed at run time, and H output chunks would not fit in registers).
+template <Mode M, int HC, bool kAligned, bool kTwin, class Pol>
 __global__ void __launch_bounds__(kForwardThreads)
     forward_kernel(Pol pol, InputsView in, ForwardOutputs out, FallbackList fb) {
+  using V = std::conditional_t<M == Mode::fp32, float, double>;
   constexpr int HA = HC > 0 ? HC : kMaxStreams;
-  // Unrolled with a constant H (registers); the generic kernel keeps its loops (small code, local arrays).
-  constexpr int kUnroll = HC > 0 ? HC : 1;
   const int H = HC > 0 ? HC : in.shape.H;
   const PolicyDesc pd = pol.get();
   const int64_t D = in.shape.D;
@@ -37,39 +75,60 @@ __global__ void __launch_bounds__(kForwardThreads)
   for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y) {
     const Chunk xc = load_chunk<kAligned>(in.x + s * D + d0, n);
     Chunk rc[HA];
-#pragma unroll kUnroll
-    for (int k = 0; k < H; ++k)
-      rc[k] = load_chunk<kAligned>(in.residual + (s * H + k) * D + d0, n);
+#pragma unroll
+    for (int k = 0; k < HA; ++k)
+      if (k < H) rc[k] = load_chunk<kAligned>(in.residual + (s * H + k) * D + d0, n);
     const float* post = in.post + s * H;
     const float* comb = in.comb + s * H * H;
-#pragma unroll kUnroll
-    for (int ho = 0; ho < H; ++ho) {
-      float cc[HA];  // comb[s, k, ho]: the column of ho
-#pragma unroll kUnroll
-      for (int k = 0; k < H; ++k) cc[k] = __ldg(comb + k * H + ho);
-      const float p = __ldg(post + ho);
-      const int64_t base = (s * H + ho) * D + d0;
-      Chunk oc;
+    if constexpr (HC > 0) {
+      static_assert(kAligned, "the specialised kernels need aligned rows");
+      float pw[HC], cw[HC][HC];  // post[s, ho] and the column of ho: cw[ho][k] = comb[s, k, ho]
+#pragma unroll
+      for (int ho = 0; ho < HC; ++ho) {
+        pw[ho] = __ldg(post + ho);
+#pragma unroll
+        for (int k = 0; k < HC; ++k) cw[ho][k] = __ldg(comb + k * HC + ho);
+      }
+      Chunk oc[HC];
+      double twin[HC][2];
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
-        float r[HA];
-#pragma unroll kUnroll
-        for (int k = 0; k < H; ++k) r[k] = chunk_elem(rc[k], e);
-        if constexpr (M == Mode::exact) {
-          const ExactRounded v = forward_exact(p, chunk_elem(xc, e), cc, r, H).result();
-          chunk_set(oc, e, v.bf16());
-          if (e < n) {
-            if (out.out_f64) out.out_f64[base + e] = v.rn64;
-            if (!v.certified) push_fallback(fb, FallbackKind::out, base + e);
-          }
-        } else {
-          const RoundedT<M> v = forward_value<RoundedT<M>>(pd, p, chunk_elem(xc, e), cc, r, H);
-          chunk_set(oc, e, round_to_bf16_rne(v));
-          if constexpr (M == Mode::fp64)
-            if (e < n && out.out_f64) out.out_f64[base + e] = v;
+        const float xv = chunk_elem(xc, e);
+        float r[HC];
+        V rw[HC];
+#pragma unroll
+        for (int k = 0; k < HC; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
+#pragma unroll
+        for (int ho = 0; ho < HC; ++ho) {
+          const int64_t index = (s * HC + ho) * D + d0 + e;
+          chunk_set(oc[ho], e, forward_element<M, kTwin>(pd, pw[ho], cw[ho], xv, r, V(xv), rw, HC, twin[ho][e & 1], fb,
+                                                          index, true));
+          if constexpr (kTwin)
+            if (e & 1) *reinterpret_cast<double2*>(out.out_f64 + index - 1) = make_double2(twin[ho][0], twin[ho][1]);
         }
       }
-      store_chunk<kAligned>(out.out + base, n, oc);
+#pragma unroll
+      for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out.out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
+    } else {
+      for (int ho = 0; ho < H; ++ho) {
+        float cc[HA];  // comb[s, k, ho]: the column of ho
+        for (int k = 0; k < H; ++k) cc[k] = __ldg(comb + k * H + ho);
+        const float p = __ldg(post + ho);
+        const int64_t base = (s * H + ho) * D + d0;
+        Chunk oc;
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          const float xv = chunk_elem(xc, e);
+          float r[HA];
+          V rw[HA];
+          for (int k = 0; k < H; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
+          double twin = 0.0;
+          chunk_set(oc, e, forward_element<M, kTwin>(pd, p, cc, xv, r, V(xv), rw, H, twin, fb, base + e, e < n));
+          if constexpr (kTwin)
+            if (e < n) out.out_f64[base + e] = twin;
+        }
+        store_chunk<kAligned>(out.out + base, n, oc);
+      }
     }
   }
 }
@@ -87,7 +146,11 @@ dim3 forward_grid(const Shape& sh) {
 template <Mode M, int HC, bool kAligned, class Pol>
 void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
                            cudaStream_t stream) {
-  forward_kernel<M, HC, kAligned, Pol><<<forward_grid(in.shape), kForwardThreads, 0, stream>>>(pol, in, out, fb);
+  const dim3 grid = forward_grid(in.shape);
+  if (M != Mode::fp32 && out.out_f64)
+    forward_kernel<M, HC, kAligned, M != Mode::fp32, Pol><<<grid, kForwardThreads, 0, stream>>>(pol, in, out, fb);
+  else
+    forward_kernel<M, HC, kAligned, false, Pol><<<grid, kForwardThreads, 0, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
 
@@ -112,7 +175,7 @@ void launch_forward_generic(const PolicyDesc& pd, const InputsView& in, const Fo
 }
 
 bool forward_is_specialised(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out) {
-  if (!specialised_shape(in.shape) || !rows_aligned(in, out.out, nullptr)) return false;
+  if (!specialised_shape(in.shape) || !rows_aligned(in, out.out, out.out_f64)) return false;
   return pd.accumulator == Accumulator::exact ||
          with_static_preset(pd, [](auto) { return true; });
 }
@@ -122,7 +185,7 @@ bool forward_is_specialised(const PolicyDesc& pd, const InputsView& in, const Fo
 void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
                     cudaStream_t stream) {
   if (in.shape.S == 0) return;
-  const bool aligned = rows_aligned(in, out.out, nullptr);
+  const bool aligned = rows_aligned(in, out.out, out.out_f64);
   if (forward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
       launch_forward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream);
