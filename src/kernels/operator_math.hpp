@@ -26,6 +26,22 @@ MHC_HD double op_fma(double a, double b, double c) {
   return std::fma(a, b, c);
 #endif
 }
+// acc + RN(a·b) in the accumulator's format. In binary64 every product the operator forms
+// is exact (fp32 or bf16 times bf16: at most 32 significant bits, never below 2^-282), so the fused and the
+// plain forms give the same value: the GPU uses the single fused instruction, the CPU the plain pair (a
+// software fma would be slow there). In binary32 products are rounded, so the policy's own form is kept.
+MHC_HD double add_product(double acc, double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, acc);
+#else
+  return acc + a * b;
+#endif
+}
+template <class T>
+MHC_HD T add_product(T acc, T a, T b) {
+  return op_add(acc, op_mul(a, b));
+}
+
 MHC_HD float op_round_bf16(float v) { return rnb(v); }
 MHC_HD double op_round_bf16(double v) { return static_cast<double>(bf16_to_float(round_to_bf16_rne(v))); }
 
@@ -53,7 +69,7 @@ MHC_HD T post_term_value(const PolicyDesc& pd, T p, T x) {
 // acc + c·r with the policy's mix-product rounding.
 template <class T>
 MHC_HD T add_mix_term(const PolicyDesc& pd, T acc, T c, T r) {
-  return pd.mix_product == MixProduct::fused ? op_fma(c, r, acc) : op_add(acc, op_mul(c, r));
+  return pd.mix_product == MixProduct::fused ? op_fma(c, r, acc) : add_product(acc, c, r);
 }
 
 template <class T, class V>
@@ -137,7 +153,7 @@ MHC_HD T stream_grad_value(const PolicyDesc& pd, const float* w, const V* g, int
     T gv = T(g[ho]);
     if (round_products) acc = op_add(acc, op_round_bf16(op_mul(wv, gv)));
     else if (pd.grad_contract) acc = op_fma(wv, gv, acc);
-    else acc = op_add(acc, op_mul(wv, gv));
+    else acc = add_product(acc, wv, gv);
   }
   return acc;
 }
@@ -172,7 +188,7 @@ template <class T, class V = float>
 MHC_HD T dot_step(const PolicyDesc& pd, T acc, V a, V b, bool post_path) {
   if (post_path && pd.grad_product == GradProduct::bf16) return op_add(acc, op_round_bf16(op_mul(T(a), T(b))));
   if (pd.grad_contract) return op_fma(T(a), T(b), acc);
-  return op_add(acc, op_mul(T(a), T(b)));
+  return add_product(acc, T(a), T(b));
 }
 
 // The halving tree over 32 lane partials (what a warp's shuffle-down reduction computes in lane 0).

@@ -40,17 +40,23 @@ MHC_HD float rnb(float f) {
 // the exponent is then rebiased from 1023 to 127 (a carry out of the largest binade gives bf16 inf, as RNE
 // does). Integer operations only: on the GPU the float conversions run on a narrow pipe (docs/cuda.md).
 // Elsewhere (subnormal, zero, inf, NaN) through round-to-odd binary32, never via RN32.
-MHC_HD bf16_bits round_to_bf16_rne(double d) {
+// The high-word route alone, without a branch: `in_range` says whether it applies (GPU kernels collect the
+// rare other cases and finish them after their main loop, which keeps that loop free of branches).
+MHC_HD bf16_bits round_to_bf16_rne_in_range(double d, bool& in_range) {
   const uint64_t u = double_bits(d);
   const uint32_t hi = static_cast<uint32_t>(u >> 32), lo = static_cast<uint32_t>(u);
   const uint32_t mag = hi & 0x7fffffffu;
   constexpr uint32_t kLowest = (1023u - 126u) << 20, kBeyond = (1023u + 128u) << 20;
-  if (mag - kLowest < kBeyond - kLowest) {
-    const uint32_t h = mag | (lo != 0 ? 1u : 0u);
-    const uint32_t r = (h + 0xfffu + ((h >> 13) & 1u)) >> 13;
-    return static_cast<bf16_bits>((r - (896u << 7)) | ((hi >> 16) & 0x8000u));
-  }
-  return round_to_bf16_rne(round_to_fp32_odd(d));
+  in_range = mag - kLowest < kBeyond - kLowest;
+  const uint32_t h = mag | (lo != 0 ? 1u : 0u);
+  const uint32_t r = (h + 0xfffu + ((h >> 13) & 1u)) >> 13;
+  return static_cast<bf16_bits>((r - (896u << 7)) | ((hi >> 16) & 0x8000u));
+}
+
+MHC_HD bf16_bits round_to_bf16_rne(double d) {
+  bool in_range = false;
+  const bf16_bits b = round_to_bf16_rne_in_range(d, in_range);
+  return in_range ? b : round_to_bf16_rne(round_to_fp32_odd(d));
 }
 
 

@@ -53,6 +53,47 @@ __device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float
   }
 }
 
+// An element forward_element_first left unsettled, from the inputs in device memory. Out of line, so that
+// the kernel's main loop keeps its registers.
+template <Mode M>
+__device__ __noinline__ void finish_forward_element(PolicyDesc pd, InputsView in, bf16_bits* out, FallbackList fb,
+                                                    int64_t s, int ho, int64_t d) {
+  using V = std::conditional_t<M == Mode::fp32, float, double>;
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  float cc[kMaxStreams], r[kMaxStreams];
+  V rw[kMaxStreams];
+  for (int k = 0; k < H; ++k) {
+    cc[k] = in.comb[(s * H + k) * H + ho];
+    rw[k] = V(r[k] = bf16_to_float(in.residual[(s * H + k) * D + d]));
+  }
+  const float xv = bf16_to_float(in.x[s * D + d]);
+  const int64_t index = (s * H + ho) * D + d;
+  double unused;
+  out[index] = forward_element<M, false>(pd, in.post[s * H + ho], cc, xv, r, V(xv), rw, H, unused, fb, index, true);
+}
+
+// The first, branch-free attempt at an element: `settled` is false for the rare elements that need
+// forward_element (an exact value the bf16 filter cannot settle, a binary64 value outside bf16's normal
+// range), which the kernel finishes after its main loop.
+template <Mode M, bool kTwin, class V>
+__device__ __forceinline__ bf16_bits forward_element_first(const PolicyDesc& pd, float p, const float* cc, float xv,
+                                                           const float* r, V xw, const V* rw, int H, double& twin,
+                                                           const FallbackList& fb, int64_t index, bool& settled) {
+  settled = true;
+  if constexpr (M == Mode::exact && !kTwin) {
+    bf16_bits b;
+    settled = forward_exact_bf16(p, xv, xw, cc, r, rw, H, b);
+    return b;
+  } else if constexpr (M == Mode::fp64) {
+    const double v = forward_value<double>(pd, p, xw, cc, rw, H);
+    twin = v;
+    return round_to_bf16_rne_in_range(v, settled);
+  } else {
+    return forward_element<M, kTwin>(pd, p, cc, xv, r, xw, rw, H, twin, fb, index, true);
+  }
+}
+
 // One thread per (token, chunk of 8 d): it loads x and the H residual rows of its chunk (16 bytes each when
 // aligned) and writes the H output chunks. HC is H as a constant (0: the generic kernel, H read at run time).
 // kTwin: the binary64 twin (out_f64) is stored (fp64 and exact only).
@@ -91,6 +132,7 @@ __global__ void __launch_bounds__(kForwardThreads)
       }
       Chunk oc[HC];
       double twin[HC][2];
+      uint64_t unsettled = 0;  // bit ho·8 + e
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
         const float xv = chunk_elem(xc, e);
@@ -101,14 +143,23 @@ __global__ void __launch_bounds__(kForwardThreads)
 #pragma unroll
         for (int ho = 0; ho < HC; ++ho) {
           const int64_t index = (s * HC + ho) * D + d0 + e;
-          chunk_set(oc[ho], e, forward_element<M, kTwin>(pd, pw[ho], cw[ho], xv, r, V(xv), rw, HC, twin[ho][e & 1], fb,
-                                                          index, true));
+          bool settled;
+          chunk_set(oc[ho], e, forward_element_first<M, kTwin>(pd, pw[ho], cw[ho], xv, r, V(xv), rw, HC, twin[ho][e & 1],
+                                                                fb, index, settled));
+          unsettled |= uint64_t(!settled) << (ho * kChunk + e);
           if constexpr (kTwin)
             if (e & 1) *reinterpret_cast<double2*>(out.out_f64 + index - 1) = make_double2(twin[ho][0], twin[ho][1]);
         }
       }
 #pragma unroll
       for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out.out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
+      // Rare (about one element in 4000 for exact, none for fp64 on ordinary data): finished out of line,
+      // over the element this thread has just stored.
+      while (unsettled) {
+        const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
+        unsettled &= unsettled - 1;
+        finish_forward_element<M>(pd, in, out.out, fb, s, bit / kChunk, d0 + bit % kChunk);
+      }
     } else {
       for (int ho = 0; ho < H; ++ho) {
         float cc[HA];  // comb[s, k, ho]: the column of ho
