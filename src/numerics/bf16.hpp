@@ -40,8 +40,7 @@ MHC_HD float rnb(float f) {
 // the exponent is then rebiased from 1023 to 127 (a carry out of the largest binade gives bf16 inf, as RNE
 // does). Integer operations only: on the GPU the float conversions run on a narrow pipe (docs/cuda.md).
 // Elsewhere (subnormal, zero, inf, NaN) through round-to-odd binary32, never via RN32.
-// The high-word route alone, without a branch: `in_range` says whether it applies (GPU kernels collect the
-// rare other cases and finish them after their main loop, which keeps that loop free of branches).
+// The high-word route alone: `in_range` says whether it applies.
 MHC_HD bf16_bits round_to_bf16_rne_in_range(double d, bool& in_range) {
   const uint64_t u = double_bits(d);
   const uint32_t hi = static_cast<uint32_t>(u >> 32), lo = static_cast<uint32_t>(u);
@@ -53,10 +52,18 @@ MHC_HD bf16_bits round_to_bf16_rne_in_range(double d, bool& in_range) {
   return static_cast<bf16_bits>((r - (896u << 7)) | ((hi >> 16) & 0x8000u));
 }
 
+// On Hopper the GPU converts binary64 to bf16 in one instruction (cvt.rn.bf16.f64, one rounding), which
+// runs on the conversion pipe and has no branch; tests/gpu checks it against round-to-odd.
 MHC_HD bf16_bits round_to_bf16_rne(double d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned short h;
+  asm("cvt.rn.bf16.f64 %0, %1;" : "=h"(h) : "d"(d));
+  return h;
+#else
   bool in_range = false;
   const bf16_bits b = round_to_bf16_rne_in_range(d, in_range);
   return in_range ? b : round_to_bf16_rne(round_to_fp32_odd(d));
+#endif
 }
 
 

@@ -234,7 +234,7 @@ TEST(CudaOperator, SubnormalAndOverflowingOutputsRoundLikeTheCpu) {
 }
 
 // The rounding routes as compiled for the GPU: RNb of binary32 by the hardware conversion (numerics/bf16.hpp)
-// equals the integer route on all 2^32 inputs, and RNb of binary64 on the high word equals round-to-odd.
+// equals the integer route on all 2^32 inputs, and RNb of binary64 (also a hardware conversion) equals round-to-odd.
 TEST(CudaOperator, RoundingRoutesAgreeOnTheGpu) {
   SKIP_WITHOUT_GPU();
   const testing::RoundingCheck f = testing::check_float_rounding_on_gpu();

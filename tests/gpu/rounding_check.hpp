@@ -12,7 +12,7 @@ struct RoundingCheck {
 
 // rnb (a hardware conversion on the GPU) against round_to_bf16_rne(float), on all 2^32 binary32 inputs.
 RoundingCheck check_float_rounding_on_gpu();
-// round_to_bf16_rne(double) against round-to-odd binary32, on 2^28 hashed inputs near rounding boundaries.
+// round_to_bf16_rne(double) (cvt.rn.bf16.f64 on sm_90) against round-to-odd binary32, on 2^28 hashed inputs.
 RoundingCheck check_double_rounding_on_gpu();
 
 }  // namespace mhc::testing

@@ -61,34 +61,10 @@ __device__ __forceinline__ Chunk chunk_from(const uint4& v) {
   return c;
 }
 
-// RNb of a stream sum, branch-free: binary64 values outside bf16's normal range are left `settled` = false
-// for finish_stream_grad_element.
-__device__ __forceinline__ bf16_bits round_first(float v, bool& settled) {
-  settled = true;
-  return round_to_bf16_rne(v);
-}
-__device__ __forceinline__ bf16_bits round_first(double v, bool& settled) { return round_to_bf16_rne_in_range(v, settled); }
-
-// ∂x[s, d] (row < 0) or ∂residual[s, row, d] recomputed from device memory and rounded on every route; out
-// of line, for the rare elements round_first leaves unsettled.
-template <Mode M>
-__device__ __noinline__ void finish_stream_grad_element(PolicyDesc pd, InputsView in, BackwardOutputs out, int64_t s,
-                                                        int row, int64_t d) {
-  using T = RoundedT<M>;
-  const int H = in.shape.H;
-  const int64_t D = in.shape.D;
-  T g[kMaxStreams];
-  for (int ho = 0; ho < H; ++ho) g[ho] = T(bf16_to_float(in.grad_out[(s * H + ho) * D + d]));
-  if (row < 0) out.grad_x[s * D + d] = round_to_bf16_rne(stream_grad_value<T>(pd, in.post + s * H, g, H, true));
-  else out.grad_residual[(s * H + row) * D + d] =
-      round_to_bf16_rne(stream_grad_value<T>(pd, in.comb + (s * H + row) * H, g, H, false));
-}
-
 template <Mode M, int H, class Pol>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out) {
   using T = RoundedT<M>;
-  static_assert(M == Mode::fp32 || (1 + H) * kChunk <= 64, "one bit per ∂x / ∂residual element of a chunk");
   constexpr int kRows = backward_rows(H);
   extern __shared__ uint4 ring_memory[];
   const PolicyDesc pd = pol.get();
@@ -146,7 +122,6 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
 #pragma unroll
       for (int h = 0; h < H; ++h) gc[h] = chunk_from(slot[(1 + H + h) * kReduceLanes]);
       Chunk gxc;
-      uint64_t unsettled = 0;  // bit (1 + hi)·8 + e for ∂residual[hi], e for ∂x
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
         T g[H];  // widened once (exact) for all the sums that read it
@@ -154,9 +129,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
         for (int ho = 0; ho < H; ++ho) g[ho] = T(chunk_elem(gc[ho], e));
         const T xv = T(chunk_elem(xc, e));
         const T gx = stream_grad_value<T>(pd, pw, g, H, true);
-        bool settled;
-        chunk_set(gxc, e, round_first(gx, settled));
-        unsettled |= uint64_t(!settled) << e;
+        chunk_set(gxc, e, round_to_bf16_rne(gx));
         if constexpr (M == Mode::fp64)
           if (out.grad_x_f64) out.grad_x_f64[s * D + d0 + e] = gx;
 #pragma unroll
@@ -175,9 +148,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
           for (int ho = 0; ho < H; ++ho) g[ho] = T(chunk_elem(gc[ho], e));
           const T rv = T(chunk_elem(rc, e));
           const T gr = stream_grad_value<T>(pd, cw[hi], g, H, false);
-          bool settled;
-          chunk_set(grc, e, round_first(gr, settled));
-          unsettled |= uint64_t(!settled) << ((1 + hi) * kChunk + e);
+          chunk_set(grc, e, round_to_bf16_rne(gr));
           if constexpr (M == Mode::fp64)
             if (out.grad_residual_f64) out.grad_residual_f64[(s * H + hi) * D + d0 + e] = gr;
 #pragma unroll
@@ -185,11 +156,6 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
             acc_comb[hi][ho] = dot_step<T>(pd, acc_comb[hi][ho], g[ho], rv, false);
         }
         store_chunk<true>(out.grad_residual + (s * H + hi) * D + d0, kChunk, grc);
-      }
-      while (unsettled) {  // rare; over the elements this lane has just stored
-        const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
-        unsettled &= unsettled - 1;
-        finish_stream_grad_element<M>(pd, in, out, s, bit / kChunk - 1, d0 + bit % kChunk);
       }
     }
 #pragma unroll

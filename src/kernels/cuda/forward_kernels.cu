@@ -20,6 +20,11 @@ using namespace detail;
 // aligned) and writes the H output chunks. HC is H as a constant (0: the generic kernel, H read at run time).
 
 constexpr int kForwardThreads = 128;
+// Blocks per multiprocessor the kernels are compiled for: a register cap. With the fully unrolled d loop
+// ptxas otherwise keeps far more values live than latency hiding needs (binary64 at H = 4: about 170
+// registers, two blocks per multiprocessor; binary32 at H = 4: 96 where 55 suffice).
+template <Mode M, int HC>
+inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8) : (HC == 8 ? 1 : HC == 4 ? 3 : 4);
 
 // The exact value of an element the bf16 filter could not settle, out of line: the rare path keeps its
 // registers to itself.
@@ -73,9 +78,8 @@ __device__ __noinline__ void finish_forward_element(PolicyDesc pd, InputsView in
   out[index] = forward_element<M, false>(pd, in.post[s * H + ho], cc, xv, r, V(xv), rw, H, unused, fb, index, true);
 }
 
-// The first, branch-free attempt at an element: `settled` is false for the rare elements that need
-// forward_element (an exact value the bf16 filter cannot settle, a binary64 value outside bf16's normal
-// range), which the kernel finishes after its main loop.
+// The first, branch-free attempt at an element: `settled` is false for the rare exact elements the bf16
+// filter cannot settle, which the kernel finishes after its main loop.
 template <Mode M, bool kTwin, class V>
 __device__ __forceinline__ bf16_bits forward_element_first(const PolicyDesc& pd, float p, const float* cc, float xv,
                                                            const float* r, V xw, const V* rw, int H, double& twin,
@@ -85,10 +89,6 @@ __device__ __forceinline__ bf16_bits forward_element_first(const PolicyDesc& pd,
     bf16_bits b;
     settled = forward_exact_bf16(p, xv, xw, cc, r, rw, H, b);
     return b;
-  } else if constexpr (M == Mode::fp64) {
-    const double v = forward_value<double>(pd, p, xw, cc, rw, H);
-    twin = v;
-    return round_to_bf16_rne_in_range(v, settled);
   } else {
     return forward_element<M, kTwin>(pd, p, cc, xv, r, xw, rw, H, twin, fb, index, true);
   }
@@ -101,7 +101,7 @@ __device__ __forceinline__ bf16_bits forward_element_first(const PolicyDesc& pd,
 // unpacked (and widened) once for all H outputs; the generic kernel runs the streams outside instead (its
 // arrays are indexed at run time, and H output chunks would not fit in registers).
 template <Mode M, int HC, bool kAligned, bool kTwin, class Pol>
-__global__ void __launch_bounds__(kForwardThreads)
+__global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
     forward_kernel(Pol pol, InputsView in, ForwardOutputs out, FallbackList fb) {
   using V = std::conditional_t<M == Mode::fp32, float, double>;
   constexpr int HA = HC > 0 ? HC : kMaxStreams;
@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kForwardThreads)
       }
 #pragma unroll
       for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out.out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
-      // Rare (about one element in 4000 for exact, none for fp64 on ordinary data): finished out of line,
-      // over the element this thread has just stored.
+      // Rare (exact without the twin: about one element in 2000 on randn data): finished out of line, over
+      // the element this thread has just stored.
       while (unsettled) {
         const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
         unsettled &= unsettled - 1;
