@@ -209,7 +209,7 @@ constexpr int generic_qpw() {
 // HC is H as a constant for H in {1, 2, 4, 8} (the per-element stream sums then keep g[] in registers),
 // 0 for any other H (read at run time).
 template <Mode M, int HC>
-__global__ void __launch_bounds__(kGenericMaxWarps * 32)
+__global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1)
     backward_generic_kernel(PolicyDesc pd, InputsView in, BackwardOutputs out, FallbackList fb) {
   using Acc = typename GenericAcc<M>::type;
   constexpr int QPW = generic_qpw<M>();
