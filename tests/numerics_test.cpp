@@ -296,5 +296,44 @@ TEST(ExactFilter, HandDerivedCases) {
   EXPECT_FALSE(zero.bf16(out)) << "zero sums go to the certified path (signed zero rules)";
 }
 
+// The dot-product filter, driven like the GPU drives it: 32 lane chains of D/32 terms merged by the halving
+// tree. Accepted answers must equal RN32 of the exact sum (Boost); random data must be settled almost always;
+// a planted binary32 tie must be declined.
+TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
+  std::mt19937_64 rng(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int accepted = 0, total = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int D = trial % 4 == 0 ? 257 : 2048;
+    std::vector<float> a(D), b(D);
+    for (int d = 0; d < D; ++d) {
+      a[d] = bf16_to_float(round_to_bf16_rne(normal(rng)));
+      b[d] = bf16_to_float(round_to_bf16_rne(trial % 5 == 1 ? std::ldexp(normal(rng), d % 40 - 20) : normal(rng)));
+    }
+    if (trial % 7 == 3) {  // Σ = 1 + 2^-24: a binary32 tie
+      std::fill(a.begin(), a.end(), 0.0f);
+      a[0] = 1.0f, b[0] = 1.0f, a[1] = 0x1p-24f, b[1] = 1.0f;
+    }
+    ExactDotFilter lane[32];
+    std::vector<double> terms;
+    for (int d = 0; d < D; ++d) {
+      lane[(d / 8) % 32].add(a[d], b[d]);
+      terms.push_back(double(a[d]) * double(b[d]));
+    }
+    for (int offset = 16; offset > 0; offset /= 2)
+      for (int l = 0; l < offset; ++l) lane[l].merge(lane[l + offset].s, lane[l + offset].bound);
+    const int depth = 8 * ((D + 255) / 256) + 5;
+    float got = 0.0f;
+    const bool ok = lane[0].fp32(depth, got);
+    ++total;
+    if (!ok) continue;
+    ++accepted;
+    const float want = exact_sum_multiprecision(terms, ExactBackend::boost).fp32();
+    ASSERT_EQ(float_bits(got), float_bits(want)) << "trial " << trial;
+    ASSERT_NE(trial % 7, 3) << "a binary32 tie must be declined";
+  }
+  EXPECT_GT(accepted, total * 3 / 4);
+}
+
 }  // namespace
 }  // namespace mhc

@@ -165,8 +165,8 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
   expect_policy_identical(exact, in, "planted");
 }
 
-// Tokens whose exact sums land on, or next to, bf16 rounding midpoints, and one whose sum cancels 41 bits:
-// the cases the bf16 filter must pass on to the certified path.
+// Tokens whose exact sums land on, or next to, bf16 rounding midpoints, one whose sum cancels 41 bits, and
+// one whose ∂post is a binary32 tie: the cases the filters must pass on to the certified path.
 void plant_midpoints(Inputs& in) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
@@ -185,6 +185,11 @@ void plant_midpoints(Inputs& in) {
         for (int k = 0; k < H; ++k) in.comb[(s * H + k) * H + h] = k == 0 ? 1.0f : k == 1 ? 0x1p-23f - 0x1p-40f : 0.0f;
       }
   }
+  if (in.shape.S > 6)  // ∂post[6, ho] = 1·1 + 2^-24·1: a binary32 tie, which the dot filter must decline
+    for (int64_t d = 0; d < D; ++d) {
+      in.x[6 * D + d] = round_to_bf16_rne(d == 0 ? 1.0f : d == 1 ? 0x1p-24f : 0.0f);
+      for (int h = 0; h < H; ++h) in.grad_out[(6 * H + h) * D + d] = round_to_bf16_rne(d < 2 ? 1.0f : 0.0f);
+    }
 }
 
 // Without the binary64 twins the exact kernels settle almost every bf16 element with the filter of

@@ -228,97 +228,130 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1
   const float* rs = tile + kTileStride;
   const float* gs = tile + (1 + H) * kTileStride;
 
+  // exact without binary64 twins of ∂post and ∂comb: a first attempt settles them with ExactDotFilter
+  // (numerics/exact_filter.hpp); a second attempt over the same tiles runs the certified accumulators for
+  // the dot products the filter declined (block-uniform: __syncthreads_or).
+  const bool dot_filter = M == Mode::exact && !out.grad_post_f64 && !out.grad_comb_f64;
+  const int attempts = dot_filter ? 2 : 1;
+  const int depth = kChunk * static_cast<int>((D + kTileElems - 1) / kTileElems) + 5;  // lane chain + tree
+
   for (int64_t s = blockIdx.x; s < in.shape.S; s += gridDim.x) {
     const float* post = in.post + s * H;
     const float* comb = in.comb + s * H * H;
     for (int pass = 0; pass < passes; ++pass) {
-      Acc acc[QPW];
-      if constexpr (M != Mode::exact)
+      bool declined[QPW] = {};  // warp-uniform
+      for (int attempt = 0; attempt < attempts; ++attempt) {
+        const bool filtering = dot_filter && attempt == 0;
+        Acc acc[QPW];
+        ExactDotFilter filter[QPW];
+        if constexpr (M != Mode::exact)
 #pragma unroll
-        for (int qi = 0; qi < QPW; ++qi) acc[qi] = zero_accumulator<Acc>();
-      for (int64_t t0 = 0; t0 < D; t0 += kTileElems) {
-        __syncthreads();  // the previous tile is consumed
-        for (int i = threadIdx.x; i < rows * kTileElems; i += blockDim.x) {
-          const int row = i / kTileElems;
-          const int64_t d = t0 + i % kTileElems;
-          const bf16_bits* src = row == 0   ? in.x + s * D
-                                 : row <= H ? in.residual + (s * H + row - 1) * D
-                                            : in.grad_out + (s * H + row - 1 - H) * D;
-          tile[row * kTileStride + padded(i % kTileElems)] = d < D ? bf16_to_float(src[d]) : 0.0f;
-        }
-        __syncthreads();
-        if (pass == 0) {
-          for (int i = threadIdx.x; i < (1 + H) * kTileElems; i += blockDim.x) {
-            const int which = i / kTileElems;  // 0: ∂x; 1 + hi: ∂residual[hi]
-            const int e = i % kTileElems;
-            const int64_t d = t0 + e;
-            if (d >= D) continue;
-            float g[HA];
+          for (int qi = 0; qi < QPW; ++qi) acc[qi] = zero_accumulator<Acc>();
+        for (int64_t t0 = 0; t0 < D; t0 += kTileElems) {
+          __syncthreads();  // the previous tile is consumed
+          for (int i = threadIdx.x; i < rows * kTileElems; i += blockDim.x) {
+            const int row = i / kTileElems;
+            const int64_t d = t0 + i % kTileElems;
+            const bf16_bits* src = row == 0   ? in.x + s * D
+                                   : row <= H ? in.residual + (s * H + row - 1) * D
+                                              : in.grad_out + (s * H + row - 1 - H) * D;
+            tile[row * kTileStride + padded(i % kTileElems)] = d < D ? bf16_to_float(src[d]) : 0.0f;
+          }
+          __syncthreads();
+          if (pass == 0 && attempt == 0) {
+            for (int i = threadIdx.x; i < (1 + H) * kTileElems; i += blockDim.x) {
+              const int which = i / kTileElems;  // 0: ∂x; 1 + hi: ∂residual[hi]
+              const int e = i % kTileElems;
+              const int64_t d = t0 + e;
+              if (d >= D) continue;
+              float g[HA];
 #pragma unroll
-            for (int ho = 0; ho < HA; ++ho)
-              if (ho < H) g[ho] = gs[ho * kTileStride + padded(e)];
-            const float* w = which == 0 ? post : comb + (which - 1) * H;
-            const int64_t index = which == 0 ? s * D + d : (s * H + which - 1) * D + d;
-            bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
-            double* dst64 = which == 0 ? out.grad_x_f64 : out.grad_residual_f64;
-            if constexpr (M == Mode::exact) {
-              bf16_bits b;
-              if (dst64 || !stream_grad_exact_bf16(w, g, H, b)) {
-                const ExactRounded v = stream_grad_exact(w, g, H).result();
-                b = v.bf16();
-                if (dst64) dst64[index] = v.rn64;
-                if (!v.certified)
-                  push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+              for (int ho = 0; ho < HA; ++ho)
+                if (ho < H) g[ho] = gs[ho * kTileStride + padded(e)];
+              const float* w = which == 0 ? post : comb + (which - 1) * H;
+              const int64_t index = which == 0 ? s * D + d : (s * H + which - 1) * D + d;
+              bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
+              double* dst64 = which == 0 ? out.grad_x_f64 : out.grad_residual_f64;
+              if constexpr (M == Mode::exact) {
+                bf16_bits b;
+                if (dst64 || !stream_grad_exact_bf16(w, g, H, b)) {
+                  const ExactRounded v = stream_grad_exact(w, g, H).result();
+                  b = v.bf16();
+                  if (dst64) dst64[index] = v.rn64;
+                  if (!v.certified)
+                    push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+                }
+                dst[index] = b;
+              } else {
+                const RoundedT<M> v = stream_grad_value<RoundedT<M>>(pd, w, g, H, which == 0);
+                dst[index] = round_to_bf16_rne(v);
+                if constexpr (M == Mode::fp64)
+                  if (dst64) dst64[index] = v;
               }
-              dst[index] = b;
-            } else {
-              const RoundedT<M> v = stream_grad_value<RoundedT<M>>(pd, w, g, H, which == 0);
-              dst[index] = round_to_bf16_rne(v);
+            }
+          }
+#pragma unroll
+          for (int qi = 0; qi < QPW; ++qi) {
+            const int q = pass * per_pass + warp * QPW + qi;
+            if (q >= nq) break;
+            if (dot_filter && !filtering && !declined[qi]) continue;  // settled by the filter
+            const bool post_path = q < H;
+            const int ho = post_path ? q : (q - H) % H;
+            const float* a = gs + ho * kTileStride;
+            const float* b = post_path ? xs : rs + ((q - H) / H) * kTileStride;
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e) {
+              const int el = lane * kChunk + e;
+              if (t0 + el >= D) break;
+              if constexpr (M == Mode::exact) {
+                if (filtering) filter[qi].add(a[padded(el)], b[padded(el)]);
+                else acc[qi].add(mul_rn64(a[padded(el)], b[padded(el)]));
+              } else {
+                acc[qi] = dot_step<Acc>(pd, acc[qi], a[padded(el)], b[padded(el)], post_path);
+              }
+            }
+          }
+        }
+        bool any_declined = false;
+#pragma unroll
+        for (int qi = 0; qi < QPW; ++qi) {
+          const int q = pass * per_pass + warp * QPW + qi;
+          if (q >= nq) break;  // uniform over the warp: the shuffles below see all 32 lanes
+          const bool post_path = q < H;
+          const int64_t index = post_path ? s * H + q : (s * H + (q - H) / H) * H + (q - H) % H;
+          float* dst = post_path ? out.grad_post : out.grad_comb;
+          double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
+          if constexpr (M == Mode::exact) {
+            if (filtering) {
+              // The canonical tree (lane l += lane l+16, +8, ...) on the filter's sum and bound.
+              ExactDotFilter f = filter[qi];
+#pragma unroll
+              for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
+                f.merge(__shfl_down_sync(kFullMask, f.s, offset), __shfl_down_sync(kFullMask, f.bound, offset));
+              float v = 0.0f;
+              const bool settled = __shfl_sync(kFullMask, f.fp32(depth, v), 0);
+              if (settled && lane == 0) dst[index] = v;
+              declined[qi] = !settled;
+              any_declined = any_declined || !settled;
+              continue;
+            }
+            if (dot_filter && !declined[qi]) continue;
+            const ExactRounded v = warp_tree_merge(acc[qi]).result();
+            if (lane == 0) {
+              dst[index] = v.fp32();
+              if (dst64) dst64[index] = v.rn64;
+              if (!v.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
+            }
+          } else {
+            const Acc v = finish_param_grad<Acc>(pd, warp_tree_sum(acc[qi]));
+            if (lane == 0) {
+              dst[index] = static_cast<float>(v);
               if constexpr (M == Mode::fp64)
                 if (dst64) dst64[index] = v;
             }
           }
         }
-#pragma unroll
-        for (int qi = 0; qi < QPW; ++qi) {
-          const int q = pass * per_pass + warp * QPW + qi;
-          if (q >= nq) break;
-          const bool post_path = q < H;
-          const int ho = post_path ? q : (q - H) % H;
-          const float* a = gs + ho * kTileStride;
-          const float* b = post_path ? xs : rs + ((q - H) / H) * kTileStride;
-#pragma unroll
-          for (int e = 0; e < kChunk; ++e) {
-            const int el = lane * kChunk + e;
-            if (t0 + el >= D) break;
-            if constexpr (M == Mode::exact) acc[qi].add(mul_rn64(a[padded(el)], b[padded(el)]));
-            else acc[qi] = dot_step<Acc>(pd, acc[qi], a[padded(el)], b[padded(el)], post_path);
-          }
-        }
-      }
-#pragma unroll
-      for (int qi = 0; qi < QPW; ++qi) {
-        const int q = pass * per_pass + warp * QPW + qi;
-        if (q >= nq) break;  // uniform over the warp: the shuffles below see all 32 lanes
-        const bool post_path = q < H;
-        const int64_t index = post_path ? s * H + q : (s * H + (q - H) / H) * H + (q - H) % H;
-        float* dst = post_path ? out.grad_post : out.grad_comb;
-        double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
-        if constexpr (M == Mode::exact) {
-          const ExactRounded v = warp_tree_merge(acc[qi]).result();
-          if (lane == 0) {
-            dst[index] = v.fp32();
-            if (dst64) dst64[index] = v.rn64;
-            if (!v.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
-          }
-        } else {
-          const Acc v = finish_param_grad<Acc>(pd, warp_tree_sum(acc[qi]));
-          if (lane == 0) {
-            dst[index] = static_cast<float>(v);
-            if constexpr (M == Mode::fp64)
-              if (dst64) dst64[index] = v;
-          }
-        }
+        if (attempt + 1 < attempts && !__syncthreads_or(any_declined)) break;
       }
     }
   }
