@@ -19,20 +19,14 @@ MHC_HD double op_mul(double a, double b) { return mul_rn64(a, b); }
 MHC_HD float op_add(float a, float b) { return add_rn32(a, b); }
 MHC_HD double op_add(double a, double b) { return add_rn64(a, b); }
 MHC_HD float op_fma(float a, float b, float c) { return fma_rn32(a, b, c); }
-MHC_HD double op_fma(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
+MHC_HD double op_fma(double a, double b, double c) { return fma_rn64(a, b, c); }
 // acc + RN(a·b) in the accumulator's format. In binary64 every product the operator forms
 // is exact (fp32 or bf16 times bf16: at most 32 significant bits, never below 2^-282), so the fused and the
 // plain forms give the same value: the GPU uses the single fused instruction, the CPU the plain pair (a
 // software fma would be slow there). In binary32 products are rounded, so the policy's own form is kept.
 MHC_HD double add_product(double acc, double a, double b) {
 #if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, acc);
+  return fma_rn64(a, b, acc);
 #else
   return acc + a * b;
 #endif

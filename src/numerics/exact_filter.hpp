@@ -25,14 +25,6 @@
 
 namespace mhc {
 
-MHC_HD double fma_rn64(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
 // Accumulates the terms one at a time (so callers keep their own loops and unrolling).
 struct ExactBf16Filter {
   double s = 0.0;

@@ -35,6 +35,15 @@ MHC_HD float fma_rn32(float a, float b, float c) {
 #endif
 }
 
+// RN64(a*b + c), one rounding.
+MHC_HD double fma_rn64(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 MHC_HD double mul_rn64(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dmul_rn(a, b);

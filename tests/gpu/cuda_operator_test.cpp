@@ -57,17 +57,21 @@ void expect_identical(const std::vector<T>& gpu, const std::vector<T>& cpu, cons
 
 RunStats operator+(RunStats a, const RunStats& b) { return a += b; }
 
+// Poison the GPU results so an element no kernel writes cannot pass by accident.
+void poison(PolicyResult& r) {
+  std::fill(r.out.begin(), r.out.end(), bf16_bits{0x7fc1});
+  std::fill(r.grad_x.begin(), r.grad_x.end(), bf16_bits{0x1234});
+  std::fill(r.grad_residual.begin(), r.grad_residual.end(), bf16_bits{0x1234});
+  std::fill(r.grad_post.begin(), r.grad_post.end(), 12345.0f);
+  std::fill(r.grad_comb.begin(), r.grad_comb.end(), 12345.0f);
+}
+
 void expect_policy_identical(const Policy& p, const Inputs& in, const std::string& label) {
   const bool f64 = stores_f64(p.desc);
   PolicyResult cpu, gpu;
   allocate_result(cpu, in.shape, f64, true);
   allocate_result(gpu, in.shape, f64, true);
-  // Poison the GPU results so an element no kernel writes cannot pass by accident.
-  std::fill(gpu.out.begin(), gpu.out.end(), bf16_bits{0x7fc1});
-  std::fill(gpu.grad_x.begin(), gpu.grad_x.end(), bf16_bits{0x1234});
-  std::fill(gpu.grad_residual.begin(), gpu.grad_residual.end(), bf16_bits{0x1234});
-  std::fill(gpu.grad_post.begin(), gpu.grad_post.end(), 12345.0f);
-  std::fill(gpu.grad_comb.begin(), gpu.grad_comb.end(), 12345.0f);
+  poison(gpu);
   const RunStats cs = forward_cpu(p.desc, in.view(), forward_outputs(cpu)) + backward_cpu(p.desc, in.view(), backward_outputs(cpu));
   const RunStats gs = cuda::forward(p.desc, in.view(), forward_outputs(gpu), ExactBackend::boost) +
                       cuda::backward(p.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
@@ -205,9 +209,7 @@ TEST(CudaOperator, ExactWithoutBinary64TwinsMatchesCpu) {
       PolicyResult cpu, gpu;
       allocate_result(cpu, in.shape, true, true);
       allocate_result(gpu, in.shape, false, true);
-      std::fill(gpu.out.begin(), gpu.out.end(), bf16_bits{0x7fc1});
-      std::fill(gpu.grad_x.begin(), gpu.grad_x.end(), bf16_bits{0x1234});
-      std::fill(gpu.grad_residual.begin(), gpu.grad_residual.end(), bf16_bits{0x1234});
+      poison(gpu);
       forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
       backward_cpu(exact.desc, in.view(), backward_outputs(cpu));
       cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
