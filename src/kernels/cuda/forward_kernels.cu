@@ -1,5 +1,5 @@
 // The forward kernels: one thread per (token, chunk of 8 d). Every value comes from forward_value /
-// forward_exact (kernels/operator_math.hpp), as on the CPU.
+// forward_exact_bf16 / forward_exact (kernels/operator_math.hpp), as on the CPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
