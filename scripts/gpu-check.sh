@@ -3,7 +3,8 @@
 # (bit-identical to the CPU), compute-sanitizer on a subset, the benchmark, and the PyTorch peers
 # (scripts/torch_peer.py). Full logs go to $OUT (default ./out); a short table is printed last.
 #   usage: scripts/gpu-check.sh            (from the repository root, on a machine with an NVIDIA GPU)
-#   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1
+#   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1
+#          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -26,7 +27,7 @@ GPU_TESTS="$BUILD/tests/gpu/mhcdiff_gpu_tests"
 MHCDIFF="$BUILD/apps/mhcdiff/mhcdiff"
 
 stage "gpu tests"
-"$GPU_TESTS" >"$OUT/gpu_tests.log" 2>&1
+"$GPU_TESTS" --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|differ" "$OUT/gpu_tests.log" | head -40 | tee -a "$OUT/summary.log"
 
@@ -40,12 +41,15 @@ if [[ -z "${SKIP_SANITIZER:-}" ]]; then
   echo "racecheck rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
 fi
 
-stage "bench dump for the SPEC §9 counts (S=4096,H=4,D=4096: 67 M outputs)"
-"$MHCDIFF" bench --device cuda --shape 4096,4,4096 --policies hf-bf16,fp32-seeded,fp32-seeded-fma --reps 3 \
-  --dump "$DUMP" --format csv >"$OUT/bench_dump.csv" 2>>"$OUT/bench.log"
+if [[ -z "${SKIP_DUMP:-}" ]]; then
+  stage "bench dump for the SPEC §9 counts (S=4096,H=4,D=4096: 67 M outputs)"
+  "$MHCDIFF" bench --device cuda --shape 4096,4,4096 --policies hf-bf16,fp32-seeded,fp32-seeded-fma --reps 3 \
+    --dump "$DUMP" --format csv >"$OUT/bench_dump.csv" 2>>"$OUT/bench.log"
+fi
 
 stage "bench"
-"$MHCDIFF" bench --device cuda --format csv --reps 40 >"$OUT/bench.csv" 2>>"$OUT/bench.log"
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+"$MHCDIFF" bench --device cuda --format csv --reps 40 ${BENCH_ARGS:-} >"$OUT/bench.csv" 2>>"$OUT/bench.log"
 echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
 if [[ -z "${SKIP_TORCH:-}" ]]; then

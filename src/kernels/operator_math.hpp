@@ -158,12 +158,17 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
   return acc;
 }
 
-// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual).
-MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {
+// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual). gw: g widened to binary64 by the caller.
+MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, const double* gw, int H, bf16_bits& out) {
   ExactBf16Filter f;
-  f.first(w[0], g[0]);
-  for (int ho = 1; ho < H; ++ho) f.add(w[ho], g[ho]);
+  f.first(w[0], g[0], gw[0]);
+  for (int ho = 1; ho < H; ++ho) f.add(w[ho], g[ho], gw[ho]);
   return f.bf16(out);
+}
+MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {
+  double gw[16];  // H <= kMaxStreams (16)
+  for (int ho = 0; ho < H; ++ho) gw[ho] = double(g[ho]);
+  return stream_grad_exact_bf16(w, g, gw, H, out);
 }
 
 // ---- Backward: sums over D, in the canonical order (docs/policies.md) ------------------------------------

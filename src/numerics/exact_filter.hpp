@@ -59,20 +59,25 @@ struct ExactBf16Filter {
 // so every product is exact in binary32 and in binary64), whose stored result is RN32 of the exact sum.
 // Terms are added by a binary64 FMA chain per partial and partials are merged by binary64 additions, the
 // bound by the same operations in binary32. If no term passes through more than `depth` roundings,
-//   |S - s| <= depth·u·T·(1 + depth·u),   T <= A·(1 + 2^-10) + 2^-130  (depth < 8000, < 2^20 terms).
-// The answer RN32(s) is accepted when
-//   (1) 2^-100 <= |s| < 2^100;
-//   (2) depth·A <= 2^21·|s| (checked on high words, A's mantissa truncated), so |S - s| < 2^21.01 binary64
-//       units of s;
-//   (3) bits 22..28 of s's low word, the top of the 29 bits binary32 drops, are neither 0x3f nor 0x40: s then
-//       lies at least 2^22 units from every binary32 rounding boundary.
-// S then rounds to binary32 like s, and s is no tie. About 1.6 % of random dot products fail (3), fewer (2).
+//   |S - s| <= B = depth·u·T·(1 + depth·u),   T <= A·(1 + 2^-10) + 2^-130  (depth < 8000, < 2^20 terms),
+// and B is bounded from above in binary64 by B' = RN(RN(depth·A)·(1 + 2^-9))·2^-53 + 2^-170 (depth·A is exact;
+// the factor covers (1 + 2^-10)(1 + depth·u) and the two roundings). With a = |s|, t = a truncated to
+// binary32 and m = t + ulp32(a)/2 the rounding boundary above t (a - m is exact: same binade), RN32(s) is
+// accepted when
+//   (1) 2^-100 <= a < 2^100 (binary32's normal range, far from its ends; NaN fails this);
+//   (2) B' < a·2^-26: S has s's sign, and the boundaries below t (at t - ulp32/4 or t - ulp32/2) and above
+//       t + ulp32 (at t + 3·ulp32/2 or beyond) are farther from s than B;
+//   (3) B' < |a - m|: S lies strictly on s's side of m, so it is no tie and rounds like s.
+// The error bound is a few thousand binary64 units of s on randn-like data, so only dot products within
+// that of a binary32 midpoint are declined: about 1 in 10^5.
 struct ExactDotFilter {
   double s = 0.0;
   float bound = 0.0f;
 
-  MHC_HD void add(float a, float b) {
-    s = fma_rn64(double(a), double(b), s);
+  MHC_HD void add(float a, float b) { add(a, b, double(a), double(b)); }
+  // a_wide, b_wide: a and b widened to binary64 (exact) by a caller that reuses them.
+  MHC_HD void add(float a, float b, double a_wide, double b_wide) {
+    s = fma_rn64(a_wide, b_wide, s);
     bound = fma_rn32(std::fabs(a), std::fabs(b), bound);
   }
   MHC_HD void merge(double other_s, float other_bound) {
@@ -81,16 +86,33 @@ struct ExactDotFilter {
   }
 
   MHC_HD bool fp32(int depth, float& out) const {
-    const uint64_t u = double_bits(s);
-    const uint32_t hi = static_cast<uint32_t>(u >> 32), lo = static_cast<uint32_t>(u);
-    const uint32_t mag = hi & 0x7fffffffu;
-    constexpr uint32_t kLowest = (1023u - 100u) << 20, kBeyond = (1023u + 100u) << 20;
-    const float scaled = mul_rn32(bound, static_cast<float>(depth));
-    const uint32_t scaled_hi = (float_bits(scaled) >> 3) + ((1023u - 127u - 21u) << 20);  // depth·A·2^-21
-    const uint32_t top = (lo >> 22) & 0x7fu;
     out = round_to_fp32_rne(s);
-    return mag - kLowest < kBeyond - kLowest && scaled_hi <= mag && top != 0x3fu && top != 0x40u;
+    const double a = std::fabs(s);
+    if (!(a >= 0x1p-100 && a < 0x1p100) || depth >= 8000) return false;
+    const double error = add_rn64(mul_rn64(mul_rn64(mul_rn64(double(depth), double(bound)), 1.0 + 0x1p-9), 0x1p-53),
+                                  0x1p-170);
+    const double midpoint = double_from_bits((double_bits(a) & ~((uint64_t{1} << 29) - 1)) | (uint64_t{1} << 28));
+    return error < mul_rn64(a, 0x1p-26) && error < std::fabs(sub_rn64(a, midpoint));
+  }
+
+  // The second test, for the dot products fp32() declines (mostly exact binary32 ties: sums of bf16·bf16
+  // products often are representable in a few more bits than binary32 keeps). `lsb` is a lower bound on the
+  // exponent of the lowest set bit of every non-zero product (bf16_lsb_exponent of the smallest non-zero
+  // magnitude of each factor's row, added). Every partial sum the chains and the tree form is then a multiple
+  // of 2^lsb no larger than T, so when T <= 2^(lsb + 53) none of them rounds and s is the exact sum: RN32(s)
+  // is the answer, ties included. Zero sums are left to the certified path (signed-zero rules).
+  MHC_HD bool fp32_if_exact(int lsb, float& out) const {
+    out = round_to_fp32_rne(s);
+    const double t = add_rn64(mul_rn64(double(bound), 1.0 + 0x1p-9), 0x1p-129);  // >= T
+    return s != 0.0 && lsb >= -300 && t <= std::ldexp(1.0, lsb + 53);
   }
 };
+
+// The exponent of the lowest bit a bf16 of magnitude at least `magnitude` (bits, sign cleared, non-zero) can
+// have set: 7 mantissa bits below its exponent, and subnormals are multiples of 2^-133.
+MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
+  const int field = static_cast<int>(magnitude >> 7);
+  return (field > 0 ? field : 1) - 127 - 7;
+}
 
 }  // namespace mhc

@@ -169,8 +169,9 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
   expect_policy_identical(exact, in, "planted");
 }
 
-// Tokens whose exact sums land on, or next to, bf16 rounding midpoints, one whose sum cancels 41 bits, and
-// one whose ∂post is a binary32 tie: the cases the filters must pass on to the certified path.
+// Tokens whose exact sums land on, or next to, bf16 rounding midpoints, one whose sum cancels 41 bits, one
+// whose ∂post is a binary32 tie, and one whose ∂x and ∂residual are all bf16 ties: the cases the filters
+// must pass on to the exactness test or the certified path.
 void plant_midpoints(Inputs& in) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
@@ -194,6 +195,13 @@ void plant_midpoints(Inputs& in) {
       in.x[6 * D + d] = round_to_bf16_rne(d == 0 ? 1.0f : d == 1 ? 0x1p-24f : 0.0f);
       for (int h = 0; h < H; ++h) in.grad_out[(6 * H + h) * D + d] = round_to_bf16_rne(d < 2 ? 1.0f : 0.0f);
     }
+  if (in.shape.S > 7) {  // ∂x[7, d] = ∂residual[7, hi, d] = (1 + 2^-8)·1: every element a bf16 tie
+    for (int h = 0; h < H; ++h) {
+      in.post[7 * H + h] = h == 0 ? 1.0f + 0x1p-8f : 0.0f;
+      for (int k = 0; k < H; ++k) in.comb[(7 * H + k) * H + h] = h == 0 ? 1.0f + 0x1p-8f : 0.0f;
+    }
+    for (int64_t d = 0; d < D; ++d) in.grad_out[7 * H * D + d] = round_to_bf16_rne(1.0f);
+  }
 }
 
 // Without the binary64 twins the exact kernels settle almost every bf16 element with the filter of

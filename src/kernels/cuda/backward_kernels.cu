@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/kernel_common.cuh"
@@ -14,6 +15,94 @@ namespace mhc::cuda {
 namespace {
 
 using namespace detail;
+
+// ---- The exact backward's rare paths, out of line (the main loops keep their registers) ---------------------
+
+// ∂x[s, d] (row 0) or ∂residual[s, row - 1, d] by the certified path, for an element whose bf16 filter
+// declined; listed for the host when even that cannot certify it.
+__device__ __noinline__ void finish_stream_grad_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s,
+                                                      int row, int64_t d) {
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  const float* weights = row == 0 ? in.post + s * H : in.comb + (s * H + row - 1) * H;
+  float w[kMaxStreams], g[kMaxStreams];
+  for (int ho = 0; ho < H; ++ho) {
+    w[ho] = weights[ho];
+    g[ho] = bf16_to_float(in.grad_out[(s * H + ho) * D + d]);
+  }
+  const ExactRounded v = stream_grad_exact(w, g, H).result();
+  const int64_t index = row == 0 ? s * D + d : (s * H + row - 1) * D + d;
+  (row == 0 ? out.grad_x : out.grad_residual)[index] = v.bf16();
+  if (!v.certified) push_fallback(fb, row == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+}
+
+// The dot products (∂post, ∂comb) without binary64 twins: each lane runs an ExactDotFilter over its
+// canonical chunks; the filters merge along the canonical tree and lane 0's answer is accepted when the filter
+// proves it (numerics/exact_filter.hpp). What it declines (about 1 % of randn dot products, nearly all exact
+// binary32 ties) is settled by finish_dot_exact from device memory.
+
+// The most roundings a term meets: a lane's chain over its chunks of D, then the five tree levels.
+__device__ __forceinline__ int dot_filter_depth(int64_t D) {
+  return kChunk * static_cast<int>((D + kReduceLanes * kChunk - 1) / (kReduceLanes * kChunk)) + 5;
+}
+
+// Warp-collective, out of line: dot product q of token s (q < H: ∂post[q]; else ∂comb[hi, ho] with
+// q - H = hi·H + ho) that settle_dot_exact's filter declined; `merged` is the filter merged over the warp (valid in
+// lane 0). First the exactness test (ExactDotFilter::fp32_if_exact, from the smallest non-zero magnitude of
+// each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
+// canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
+// certify it.
+__device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
+                                              ExactDotFilter merged) {
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  const int lane = threadIdx.x & 31;
+  const bool post_path = q < H;
+  const int ho = post_path ? q : (q - H) % H;
+  const bf16_bits* a = in.grad_out + (s * H + ho) * D;
+  const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + (q - H) / H) * D;
+  const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
+  float* dst = post_path ? out.grad_post : out.grad_comb;
+
+  uint32_t min_a = ~0u, min_b = ~0u;  // the smallest non-zero magnitude minus one (zero wraps to the top)
+  for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+    for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
+      min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
+      min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
+    }
+#pragma unroll
+  for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) {
+    min_a = min(min_a, __shfl_xor_sync(kFullMask, min_a, offset));
+    min_b = min(min_b, __shfl_xor_sync(kFullMask, min_b, offset));
+  }
+  float v = 0.0f;
+  const bool exact = merged.fp32_if_exact(bf16_lsb_exponent(min_a + 1u) + bf16_lsb_exponent(min_b + 1u), v);
+  if (__shfl_sync(kFullMask, exact, 0)) {
+    if (lane == 0) dst[index] = v;
+    return;
+  }
+
+  ExactAccumulator acc;
+  for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+    for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) acc.add(mul_rn64(bf16_to_float(a[d]), bf16_to_float(b[d])));
+  const ExactRounded r = warp_tree_merge(acc).result();
+  if (lane != 0) return;
+  dst[index] = r.fp32();
+  if (!r.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
+}
+
+// Warp-collective: settles dot product q of token s from the lanes' filters (lane 0 stores it), through
+// finish_dot_exact when the filter declines.
+__device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
+                                                 ExactDotFilter f, int depth) {
+#pragma unroll
+  for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
+    f.merge(__shfl_down_sync(kFullMask, f.s, offset), __shfl_down_sync(kFullMask, f.bound, offset));
+  float v = 0.0f;
+  if (!__shfl_sync(kFullMask, f.fp32(depth, v), 0)) return finish_dot_exact(in, out, fb, s, q, f);
+  const int H = in.shape.H;
+  if ((threadIdx.x & 31) == 0) (q < H ? out.grad_post[s * H + q] : out.grad_comb[s * H * H + q - H]) = v;
+}
 
 // ---- Backward, specialised: one warp per token, a cp.async ring in shared memory --------------------------
 // Lane l owns the chunks j = l, l+32, l+64, ... of the token (the canonical lane of operator_math.hpp), walks
@@ -61,10 +150,48 @@ __device__ __forceinline__ Chunk chunk_from(const uint4& v) {
   return c;
 }
 
+// The per-lane partial of one dot product: the policy's accumulator, or for exact the dot filter.
+template <Mode M>
+using FastDotAcc = std::conditional_t<M == Mode::exact, ExactDotFilter, RoundedT<M>>;
+
+template <Mode M>
+__device__ __forceinline__ FastDotAcc<M> fast_zero() {
+  if constexpr (M == Mode::exact) return ExactDotFilter{};
+  else return zero_accumulator<RoundedT<M>>();
+}
+
+// One element of ∂x (w = post) or ∂residual[hi] (w = comb[hi]) and its H dot-product steps (b: x or
+// residual[hi] at d). g: the H gradient values as floats, gw widened. For exact, `settled` says whether the
+// bf16 filter proved the element; its binary64 twin is never stored by this kernel.
+template <Mode M, int H>
+__device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const float* w, const float* g,
+                                                  const RoundedT<M>* gw, float b, bool post_path, FastDotAcc<M>* acc,
+                                                  double* twin, bool& settled) {
+  using T = RoundedT<M>;
+  const T bw = T(b);
+  if constexpr (M == Mode::exact) {
+    bf16_bits out;
+    settled = stream_grad_exact_bf16(w, g, gw, H, out);
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) acc[ho].add(g[ho], b, gw[ho], bw);
+    return out;
+  } else {
+    settled = true;
+    const T v = stream_grad_value<T>(pd, w, gw, H, post_path);
+    if constexpr (M == Mode::fp64)
+      if (twin) *twin = v;
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) acc[ho] = dot_step<T>(pd, acc[ho], gw[ho], bw, post_path);
+    return round_to_bf16_rne(v);
+  }
+}
+
 template <Mode M, int H, class Pol>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
-    backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out) {
+    backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
+  using Acc = FastDotAcc<M>;
+  static_assert(M != Mode::exact || (1 + H) * kChunk <= 64, "one bit per element of a chunk's rows");
   constexpr int kRows = backward_rows(H);
   extern __shared__ uint4 ring_memory[];
   const PolicyDesc pd = pol.get();
@@ -103,12 +230,12 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     for (int hi = 0; hi < H; ++hi)
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) cw[hi][ho] = __ldg(in.comb + (s * H + hi) * H + ho);
-    T acc_post[H], acc_comb[H][H];
+    Acc acc_post[H], acc_comb[H][H];
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) {
-      acc_post[ho] = zero_accumulator<T>();
+      acc_post[ho] = fast_zero<M>();
 #pragma unroll
-      for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = zero_accumulator<T>();
+      for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = fast_zero<M>();
     }
 
     for (int64_t i = 0; i < steps; ++i) {
@@ -121,58 +248,54 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
       Chunk gc[H];
 #pragma unroll
       for (int h = 0; h < H; ++h) gc[h] = chunk_from(slot[(1 + H + h) * kReduceLanes]);
-      Chunk gxc;
+      uint64_t unsettled = 0;  // exact: bit row·8 + e, row 0 for ∂x and 1 + hi for ∂residual[hi]
+      // ∂x, then one residual row at a time: its ∂residual chunk and its H dot products with the gradient
+      // rows. Gradient values are widened once (exact) for all the sums that read them.
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) {
-        T g[H];  // widened once (exact) for all the sums that read it
-#pragma unroll
-        for (int ho = 0; ho < H; ++ho) g[ho] = T(chunk_elem(gc[ho], e));
-        const T xv = T(chunk_elem(xc, e));
-        const T gx = stream_grad_value<T>(pd, pw, g, H, true);
-        chunk_set(gxc, e, round_to_bf16_rne(gx));
-        if constexpr (M == Mode::fp64)
-          if (out.grad_x_f64) out.grad_x_f64[s * D + d0 + e] = gx;
-#pragma unroll
-        for (int ho = 0; ho < H; ++ho) acc_post[ho] = dot_step<T>(pd, acc_post[ho], g[ho], xv, true);
-      }
-      store_chunk<true>(out.grad_x + s * D + d0, kChunk, gxc);
-      // One residual row at a time: its ∂residual chunk and its H dot products with the gradient rows.
-#pragma unroll
-      for (int hi = 0; hi < H; ++hi) {
-        const Chunk rc = chunk_from(slot[(1 + hi) * kReduceLanes]);
-        Chunk grc;
+      for (int row = 0; row <= H; ++row) {
+        const Chunk bc = row == 0 ? xc : chunk_from(slot[row * kReduceLanes]);
+        const float* w = row == 0 ? pw : cw[row - 1];
+        Acc* acc = row == 0 ? acc_post : acc_comb[row - 1];
+        bf16_bits* dst = row == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + row - 1) * D + d0;
+        double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
+        if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
+        Chunk oc;
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
-          T g[H];
+          float g[H];
+          T gw[H];
 #pragma unroll
-          for (int ho = 0; ho < H; ++ho) g[ho] = T(chunk_elem(gc[ho], e));
-          const T rv = T(chunk_elem(rc, e));
-          const T gr = stream_grad_value<T>(pd, cw[hi], g, H, false);
-          chunk_set(grc, e, round_to_bf16_rne(gr));
-          if constexpr (M == Mode::fp64)
-            if (out.grad_residual_f64) out.grad_residual_f64[(s * H + hi) * D + d0 + e] = gr;
-#pragma unroll
-          for (int ho = 0; ho < H; ++ho)
-            acc_comb[hi][ho] = dot_step<T>(pd, acc_comb[hi][ho], g[ho], rv, false);
+          for (int ho = 0; ho < H; ++ho) gw[ho] = T(g[ho] = chunk_elem(gc[ho], e));
+          bool settled;
+          chunk_set(oc, e, fast_element<M, H>(pd, w, g, gw, chunk_elem(bc, e), row == 0, acc,
+                                             dst64 ? dst64 + e : nullptr, settled));
+          if constexpr (M == Mode::exact) unsettled |= uint64_t(!settled) << (row * kChunk + e);
         }
-        store_chunk<true>(out.grad_residual + (s * H + hi) * D + d0, kChunk, grc);
+        store_chunk<true>(dst, kChunk, oc);
+      }
+      // Rare (about one element in 4000 on randn data): finished out of line over what was just stored.
+      while (unsettled) {
+        const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
+        unsettled &= unsettled - 1;
+        finish_stream_grad_exact(in, out, fb, s, bit / kChunk, d0 + bit % kChunk);
       }
     }
 #pragma unroll
-    for (int ho = 0; ho < H; ++ho) {
-      const T v = finish_param_grad<T>(pd, warp_tree_sum(acc_post[ho]));
-      if (lane == 0) {
-        out.grad_post[s * H + ho] = static_cast<float>(v);
-        if constexpr (M == Mode::fp64)
-          if (out.grad_post_f64) out.grad_post_f64[s * H + ho] = v;
-      }
-#pragma unroll
-      for (int hi = 0; hi < H; ++hi) {
-        const T w = finish_param_grad<T>(pd, warp_tree_sum(acc_comb[hi][ho]));
+    for (int q = 0; q < H + H * H; ++q) {
+      const bool post_path = q < H;
+      const Acc partial = post_path ? acc_post[q] : acc_comb[(q - H) / H][(q - H) % H];
+      if constexpr (M == Mode::exact) {
+        settle_dot_exact(in, out, fb, s, q, partial, dot_filter_depth(D));
+      } else {
+        const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
+        float* dst = post_path ? out.grad_post : out.grad_comb;
+        const T v = finish_param_grad<T>(pd, warp_tree_sum(partial));
         if (lane == 0) {
-          out.grad_comb[(s * H + hi) * H + ho] = static_cast<float>(w);
-          if constexpr (M == Mode::fp64)
-            if (out.grad_comb_f64) out.grad_comb_f64[(s * H + hi) * H + ho] = w;
+          dst[index] = static_cast<float>(v);
+          if constexpr (M == Mode::fp64) {
+            double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
+            if (dst64) dst64[index] = v;
+          }
         }
       }
     }
@@ -228,130 +351,111 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1
   const float* rs = tile + kTileStride;
   const float* gs = tile + (1 + H) * kTileStride;
 
-  // exact without binary64 twins of ∂post and ∂comb: a first attempt settles them with ExactDotFilter
-  // (numerics/exact_filter.hpp); a second attempt over the same tiles runs the certified accumulators for
-  // the dot products the filter declined (block-uniform: __syncthreads_or).
+  // exact without binary64 twins of ∂post and ∂comb: the lanes run ExactDotFilter instead of the certified
+  // accumulators, and the rare dot product it declines is recomputed by finish_dot_exact.
   const bool dot_filter = M == Mode::exact && !out.grad_post_f64 && !out.grad_comb_f64;
-  const int attempts = dot_filter ? 2 : 1;
-  const int depth = kChunk * static_cast<int>((D + kTileElems - 1) / kTileElems) + 5;  // lane chain + tree
+  const int depth = dot_filter_depth(D);
 
   for (int64_t s = blockIdx.x; s < in.shape.S; s += gridDim.x) {
     const float* post = in.post + s * H;
     const float* comb = in.comb + s * H * H;
     for (int pass = 0; pass < passes; ++pass) {
-      bool declined[QPW] = {};  // warp-uniform
-      for (int attempt = 0; attempt < attempts; ++attempt) {
-        const bool filtering = dot_filter && attempt == 0;
-        Acc acc[QPW];
-        ExactDotFilter filter[QPW];
-        if constexpr (M != Mode::exact)
+      Acc acc[QPW];
+      ExactDotFilter filter[QPW];
+      if constexpr (M != Mode::exact)
 #pragma unroll
-          for (int qi = 0; qi < QPW; ++qi) acc[qi] = zero_accumulator<Acc>();
-        for (int64_t t0 = 0; t0 < D; t0 += kTileElems) {
-          __syncthreads();  // the previous tile is consumed
-          for (int i = threadIdx.x; i < rows * kTileElems; i += blockDim.x) {
-            const int row = i / kTileElems;
-            const int64_t d = t0 + i % kTileElems;
-            const bf16_bits* src = row == 0   ? in.x + s * D
-                                   : row <= H ? in.residual + (s * H + row - 1) * D
-                                              : in.grad_out + (s * H + row - 1 - H) * D;
-            tile[row * kTileStride + padded(i % kTileElems)] = d < D ? bf16_to_float(src[d]) : 0.0f;
-          }
-          __syncthreads();
-          if (pass == 0 && attempt == 0) {
-            for (int i = threadIdx.x; i < (1 + H) * kTileElems; i += blockDim.x) {
-              const int which = i / kTileElems;  // 0: ∂x; 1 + hi: ∂residual[hi]
-              const int e = i % kTileElems;
-              const int64_t d = t0 + e;
-              if (d >= D) continue;
-              float g[HA];
-#pragma unroll
-              for (int ho = 0; ho < HA; ++ho)
-                if (ho < H) g[ho] = gs[ho * kTileStride + padded(e)];
-              const float* w = which == 0 ? post : comb + (which - 1) * H;
-              const int64_t index = which == 0 ? s * D + d : (s * H + which - 1) * D + d;
-              bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
-              double* dst64 = which == 0 ? out.grad_x_f64 : out.grad_residual_f64;
-              if constexpr (M == Mode::exact) {
-                bf16_bits b;
-                if (dst64 || !stream_grad_exact_bf16(w, g, H, b)) {
-                  const ExactRounded v = stream_grad_exact(w, g, H).result();
-                  b = v.bf16();
-                  if (dst64) dst64[index] = v.rn64;
-                  if (!v.certified)
-                    push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
-                }
-                dst[index] = b;
-              } else {
-                const RoundedT<M> v = stream_grad_value<RoundedT<M>>(pd, w, g, H, which == 0);
-                dst[index] = round_to_bf16_rne(v);
-                if constexpr (M == Mode::fp64)
-                  if (dst64) dst64[index] = v;
-              }
-            }
-          }
-#pragma unroll
-          for (int qi = 0; qi < QPW; ++qi) {
-            const int q = pass * per_pass + warp * QPW + qi;
-            if (q >= nq) break;
-            if (dot_filter && !filtering && !declined[qi]) continue;  // settled by the filter
-            const bool post_path = q < H;
-            const int ho = post_path ? q : (q - H) % H;
-            const float* a = gs + ho * kTileStride;
-            const float* b = post_path ? xs : rs + ((q - H) / H) * kTileStride;
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e) {
-              const int el = lane * kChunk + e;
-              if (t0 + el >= D) break;
-              if constexpr (M == Mode::exact) {
-                if (filtering) filter[qi].add(a[padded(el)], b[padded(el)]);
-                else acc[qi].add(mul_rn64(a[padded(el)], b[padded(el)]));
-              } else {
-                acc[qi] = dot_step<Acc>(pd, acc[qi], a[padded(el)], b[padded(el)], post_path);
-              }
-            }
-          }
+        for (int qi = 0; qi < QPW; ++qi) acc[qi] = zero_accumulator<Acc>();
+      for (int64_t t0 = 0; t0 < D; t0 += kTileElems) {
+        __syncthreads();  // the previous tile is consumed
+        for (int i = threadIdx.x; i < rows * kTileElems; i += blockDim.x) {
+          const int row = i / kTileElems;
+          const int64_t d = t0 + i % kTileElems;
+          const bf16_bits* src = row == 0   ? in.x + s * D
+                                 : row <= H ? in.residual + (s * H + row - 1) * D
+                                            : in.grad_out + (s * H + row - 1 - H) * D;
+          tile[row * kTileStride + padded(i % kTileElems)] = d < D ? bf16_to_float(src[d]) : 0.0f;
         }
-        bool any_declined = false;
+        __syncthreads();
+        if (pass == 0) {
+          for (int i = threadIdx.x; i < (1 + H) * kTileElems; i += blockDim.x) {
+            const int which = i / kTileElems;  // 0: ∂x; 1 + hi: ∂residual[hi]
+            const int e = i % kTileElems;
+            const int64_t d = t0 + e;
+            if (d >= D) continue;
+            float g[HA];
 #pragma unroll
-        for (int qi = 0; qi < QPW; ++qi) {
-          const int q = pass * per_pass + warp * QPW + qi;
-          if (q >= nq) break;  // uniform over the warp: the shuffles below see all 32 lanes
-          const bool post_path = q < H;
-          const int64_t index = post_path ? s * H + q : (s * H + (q - H) / H) * H + (q - H) % H;
-          float* dst = post_path ? out.grad_post : out.grad_comb;
-          double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
-          if constexpr (M == Mode::exact) {
-            if (filtering) {
-              // The canonical tree (lane l += lane l+16, +8, ...) on the filter's sum and bound.
-              ExactDotFilter f = filter[qi];
-#pragma unroll
-              for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
-                f.merge(__shfl_down_sync(kFullMask, f.s, offset), __shfl_down_sync(kFullMask, f.bound, offset));
-              float v = 0.0f;
-              const bool settled = __shfl_sync(kFullMask, f.fp32(depth, v), 0);
-              if (settled && lane == 0) dst[index] = v;
-              declined[qi] = !settled;
-              any_declined = any_declined || !settled;
-              continue;
-            }
-            if (dot_filter && !declined[qi]) continue;
-            const ExactRounded v = warp_tree_merge(acc[qi]).result();
-            if (lane == 0) {
-              dst[index] = v.fp32();
-              if (dst64) dst64[index] = v.rn64;
-              if (!v.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
-            }
-          } else {
-            const Acc v = finish_param_grad<Acc>(pd, warp_tree_sum(acc[qi]));
-            if (lane == 0) {
-              dst[index] = static_cast<float>(v);
+            for (int ho = 0; ho < HA; ++ho)
+              if (ho < H) g[ho] = gs[ho * kTileStride + padded(e)];
+            const float* w = which == 0 ? post : comb + (which - 1) * H;
+            const int64_t index = which == 0 ? s * D + d : (s * H + which - 1) * D + d;
+            bf16_bits* dst = which == 0 ? out.grad_x : out.grad_residual;
+            double* dst64 = which == 0 ? out.grad_x_f64 : out.grad_residual_f64;
+            if constexpr (M == Mode::exact) {
+              bf16_bits b;
+              if (dst64 || !stream_grad_exact_bf16(w, g, H, b)) {
+                const ExactRounded v = stream_grad_exact(w, g, H).result();
+                b = v.bf16();
+                if (dst64) dst64[index] = v.rn64;
+                if (!v.certified)
+                  push_fallback(fb, which == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+              }
+              dst[index] = b;
+            } else {
+              const RoundedT<M> v = stream_grad_value<RoundedT<M>>(pd, w, g, H, which == 0);
+              dst[index] = round_to_bf16_rne(v);
               if constexpr (M == Mode::fp64)
                 if (dst64) dst64[index] = v;
             }
           }
         }
-        if (attempt + 1 < attempts && !__syncthreads_or(any_declined)) break;
+#pragma unroll
+        for (int qi = 0; qi < QPW; ++qi) {
+          const int q = pass * per_pass + warp * QPW + qi;
+          if (q >= nq) break;
+          const bool post_path = q < H;
+          const int ho = post_path ? q : (q - H) % H;
+          const float* a = gs + ho * kTileStride;
+          const float* b = post_path ? xs : rs + ((q - H) / H) * kTileStride;
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) {
+            const int el = lane * kChunk + e;
+            if (t0 + el >= D) break;
+            if constexpr (M == Mode::exact) {
+              if (dot_filter) filter[qi].add(a[padded(el)], b[padded(el)]);
+              else acc[qi].add(mul_rn64(a[padded(el)], b[padded(el)]));
+            } else {
+              acc[qi] = dot_step<Acc>(pd, acc[qi], a[padded(el)], b[padded(el)], post_path);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int qi = 0; qi < QPW; ++qi) {
+        const int q = pass * per_pass + warp * QPW + qi;
+        if (q >= nq) break;  // uniform over the warp: the shuffles below see all 32 lanes
+        const bool post_path = q < H;
+        const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
+        float* dst = post_path ? out.grad_post : out.grad_comb;
+        double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
+        if constexpr (M == Mode::exact) {
+          if (dot_filter) {
+            settle_dot_exact(in, out, fb, s, q, filter[qi], depth);
+            continue;
+          }
+          const ExactRounded v = warp_tree_merge(acc[qi]).result();
+          if (lane == 0) {
+            dst[index] = v.fp32();
+            if (dst64) dst64[index] = v.rn64;
+            if (!v.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
+          }
+        } else {
+          const Acc v = finish_param_grad<Acc>(pd, warp_tree_sum(acc[qi]));
+          if (lane == 0) {
+            dst[index] = static_cast<float>(v);
+            if constexpr (M == Mode::fp64)
+              if (dst64) dst64[index] = v;
+          }
+        }
       }
     }
   }
@@ -364,7 +468,8 @@ int backward_fast_blocks(const Shape& sh) {
 }
 
 template <Mode M, int H, class Pol>
-void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, cudaStream_t stream) {
+void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                                 cudaStream_t stream) {
   constexpr size_t bytes = backward_ring_bytes(H);
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [] {
@@ -373,22 +478,21 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
     return true;
   }();
   (void)allowed;
-  backward_fast_kernel<M, H, Pol><<<backward_fast_blocks(in.shape), kBackwardWarps * 32, bytes, stream>>>(pol, in, out);
+  backward_fast_kernel<M, H, Pol>
+      <<<backward_fast_blocks(in.shape), kBackwardWarps * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-template <class Pol>
-bool launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, cudaStream_t stream) {
-  constexpr Mode M = static_mode<Pol>();
+// H in {1, 2, 4, 8} (exact and fp64: {1, 2, 4}, see backward_is_specialised).
+template <Mode M, class Pol>
+void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                                 cudaStream_t stream) {
   switch (in.shape.H) {
-    case 1: launch_backward_fast_kernel<M, 1>(pol, in, out, stream); return true;
-    case 2: launch_backward_fast_kernel<M, 2>(pol, in, out, stream); return true;
-    case 4: launch_backward_fast_kernel<M, 4>(pol, in, out, stream); return true;
-    case 8:
-      if constexpr (M == Mode::fp64) return false;  // see backward_is_specialised
-      else launch_backward_fast_kernel<M, 8>(pol, in, out, stream);
-      return true;
-    default: return false;
+    case 1: return launch_backward_fast_kernel<M, 1>(pol, in, out, fb, stream);
+    case 2: return launch_backward_fast_kernel<M, 2>(pol, in, out, fb, stream);
+    case 4: return launch_backward_fast_kernel<M, 4>(pol, in, out, fb, stream);
+    default:
+      if constexpr (M == Mode::fp32) return launch_backward_fast_kernel<M, 8>(pol, in, out, fb, stream);
   }
 }
 
@@ -416,11 +520,14 @@ void launch_backward_generic(const PolicyDesc& pd, const InputsView& in, const B
 }
 
 bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out) {
-  if (pd.accumulator == Accumulator::exact) return false;
-  // 72 fp64 partials per lane do not fit in registers (ptxas spills kilobytes): the generic kernel shares
-  // them among warps instead.
-  if (pd.accumulator == Accumulator::fp64 && in.shape.H > 4) return false;
   if (!specialised_shape(in.shape) || !rows_aligned(in, out.grad_x, out.grad_residual)) return false;
+  // 72 binary64 (or dot-filter) partials per lane do not fit in registers (ptxas spills kilobytes): the
+  // generic kernel shares them among warps instead.
+  if (pd.accumulator != Accumulator::fp32 && in.shape.H > 4) return false;
+  // exact: the fast kernel stores bf16 and binary32 results only; the binary64 twins need the certified
+  // accumulators for every element (the generic kernel).
+  if (pd.accumulator == Accumulator::exact)
+    return !out.grad_x_f64 && !out.grad_residual_f64 && !out.grad_post_f64 && !out.grad_comb_f64;
   return with_static_preset(pd, [](auto) { return true; });
 }
 
@@ -430,7 +537,14 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
                      cudaStream_t stream) {
   if (in.shape.S == 0) return;
   if (backward_is_specialised(pd, in, out)) {
-    with_static_preset(pd, [&](auto pol) { return launch_backward_specialised(pol, in, out, stream); });
+    if (pd.accumulator == Accumulator::exact) {
+      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream);
+      return;
+    }
+    with_static_preset(pd, [&](auto pol) {
+      launch_backward_specialised<static_mode<decltype(pol)>()>(pol, in, out, fb, stream);
+      return true;
+    });
     return;
   }
   switch (pd.accumulator) {
