@@ -2,7 +2,8 @@
 # One device call for kernel analysis (docs/performance.md, "how the figures were found"): build mhcdiff,
 # dump the CUDA backend's SASS, and read the hardware counters (ncu) of one forward and one backward
 # launch per policy at S=16384, H=4, D=4096. Logs go to $OUT (default ./out).
-#   usage: scripts/gpu-profile.sh [policy ...]      env: BUILD=build-gpu JOBS=16 SHAPE=16384,4,4096
+#   usage: scripts/gpu-profile.sh [policy ...]
+#   env: BUILD=build-gpu JOBS=16 SHAPE=16384,4,4096 DIRS="forward backward"
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -21,9 +22,10 @@ cuobjdump --dump-sass "$BUILD/src/kernels/cuda/libmhcdiff_cuda.a" 2>/dev/null | 
 
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
           --section Occupancy --section InstructionStats --section LaunchStats --section MemoryWorkloadAnalysis
+          --section SourceCounters
           --metrics "regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_.*.sum$")
 for p in "${policies[@]}"; do
-  for dir in forward backward; do
+  for dir in ${DIRS:-forward backward}; do
     ncu --clock-control none "${sections[@]}" -k "regex:${dir}_" --launch-skip 1 --launch-count 1 \
       "$MHCDIFF" bench --device cuda --shape "$SHAPE" --policies "$p" --reps 1 \
       >"$OUT/ncu_${p}_${dir}.txt" 2>&1
