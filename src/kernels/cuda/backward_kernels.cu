@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
         }
         store_chunk<true>(dst, kChunk, oc);
       }
-      // Rare (about one element in 4000 on randn data): finished out of line over what was just stored.
+      // Rare (exact bf16 ties and sums within ~2^-45 of one): finished out of line over what was just stored.
       while (unsettled) {
         const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
         unsettled &= unsettled - 1;
@@ -315,27 +315,42 @@ constexpr int kTileStride = kTileElems + kTileElems / 32;
 __device__ __forceinline__ int padded(int i) { return i + i / 32; }
 constexpr int kGenericMaxWarps = 16;
 
-template <Mode M>
+// The per-lane partial of a dot product: the policy's accumulator; for exact the certified accumulators
+// (when the binary64 twins are stored) or the dot filter (kDotFilter: bf16 and binary32 results only).
+template <Mode M, bool kDotFilter>
 struct GenericAcc {
   using type = RoundedT<M>;
 };
 template <>
-struct GenericAcc<Mode::exact> {
+struct GenericAcc<Mode::exact, false> {
   using type = ExactAccumulator;
 };
+template <>
+struct GenericAcc<Mode::exact, true> {
+  using type = ExactDotFilter;
+};
 
-template <Mode M>
+template <Mode M, bool kDotFilter>
 constexpr int generic_qpw() {
-  return M == Mode::exact ? 4 : M == Mode::fp64 ? 8 : 12;
+  return M == Mode::exact ? (kDotFilter ? 8 : 4) : M == Mode::fp64 ? 8 : 12;
 }
 
 // HC is H as a constant for H in {1, 2, 4, 8} (the per-element stream sums then keep g[] in registers),
 // 0 for any other H (read at run time).
-template <Mode M, int HC>
-__global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1)
+// Launch bounds: blocks of up to 16 warps; fp64 at least two per multiprocessor (at most 64 registers: at
+// H = 8, 9 warps a block, three blocks with a few spills measured 6.3 ms against 7.8 for two of 96 registers).
+// The exact dot filter with a constant H (<= 8: at most 72 dot products, 9 warps) runs blocks of 9 warps, two
+// per multiprocessor (96 registers; at 64 ptxas spills a third of a kilobyte per thread).
+template <Mode M, int HC, bool kDotFilter>
+inline constexpr int kGenericThreads = kDotFilter && HC > 0 ? 9 * 32 : kGenericMaxWarps * 32;
+template <Mode M, int HC, bool kDotFilter>
+inline constexpr int kGenericMinBlocks = M == Mode::fp64 || (kDotFilter && HC > 0) ? 2 : 1;
+
+template <Mode M, int HC, bool kDotFilter = false>
+__global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMinBlocks<M, HC, kDotFilter>)
     backward_generic_kernel(PolicyDesc pd, InputsView in, BackwardOutputs out, FallbackList fb) {
-  using Acc = typename GenericAcc<M>::type;
-  constexpr int QPW = generic_qpw<M>();
+  using Acc = typename GenericAcc<M, kDotFilter>::type;
+  constexpr int QPW = generic_qpw<M, kDotFilter>();
   constexpr int HA = HC > 0 ? HC : kMaxStreams;
   extern __shared__ float tile[];  // rows: x, residual[0..H), grad_out[0..H); kTileStride floats each
   const int H = HC > 0 ? HC : in.shape.H;
@@ -351,17 +366,12 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1
   const float* rs = tile + kTileStride;
   const float* gs = tile + (1 + H) * kTileStride;
 
-  // exact without binary64 twins of ∂post and ∂comb: the lanes run ExactDotFilter instead of the certified
-  // accumulators, and the rare dot product it declines is recomputed by finish_dot_exact.
-  const bool dot_filter = M == Mode::exact && !out.grad_post_f64 && !out.grad_comb_f64;
-  const int depth = dot_filter_depth(D);
 
   for (int64_t s = blockIdx.x; s < in.shape.S; s += gridDim.x) {
     const float* post = in.post + s * H;
     const float* comb = in.comb + s * H * H;
     for (int pass = 0; pass < passes; ++pass) {
       Acc acc[QPW];
-      ExactDotFilter filter[QPW];
       if constexpr (M != Mode::exact)
 #pragma unroll
         for (int qi = 0; qi < QPW; ++qi) acc[qi] = zero_accumulator<Acc>();
@@ -421,7 +431,7 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1
             const int el = lane * kChunk + e;
             if (t0 + el >= D) break;
             if constexpr (M == Mode::exact) {
-              if (dot_filter) filter[qi].add(a[padded(el)], b[padded(el)]);
+              if constexpr (kDotFilter) acc[qi].add(a[padded(el)], b[padded(el)]);
               else acc[qi].add(mul_rn64(a[padded(el)], b[padded(el)]));
             } else {
               acc[qi] = dot_step<Acc>(pd, acc[qi], a[padded(el)], b[padded(el)], post_path);
@@ -437,11 +447,9 @@ __global__ void __launch_bounds__(kGenericMaxWarps * 32, M == Mode::fp64 ? 2 : 1
         const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
         float* dst = post_path ? out.grad_post : out.grad_comb;
         double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
-        if constexpr (M == Mode::exact) {
-          if (dot_filter) {
-            settle_dot_exact(in, out, fb, s, q, filter[qi], depth);
-            continue;
-          }
+        if constexpr (M == Mode::exact && kDotFilter) {
+          settle_dot_exact(in, out, fb, s, q, acc[qi], dot_filter_depth(D));
+        } else if constexpr (M == Mode::exact) {
           const ExactRounded v = warp_tree_merge(acc[qi]).result();
           if (lane == 0) {
             dst[index] = v.fp32();
@@ -496,26 +504,27 @@ void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOu
   }
 }
 
-template <Mode M, int HC>
+template <Mode M, int HC, bool kDotFilter>
 void launch_backward_generic_kernel(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                                     const FallbackList& fb, cudaStream_t stream) {
+  constexpr int qpw = generic_qpw<M, kDotFilter>();
   const int nq = in.shape.H + in.shape.H * in.shape.H;
-  const int warps = std::clamp((nq + generic_qpw<M>() - 1) / generic_qpw<M>(), 1, kGenericMaxWarps);
+  const int warps = std::clamp((nq + qpw - 1) / qpw, 1, kGenericMaxWarps);
   const size_t smem = size_t(1 + 2 * in.shape.H) * kTileStride * sizeof(float);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(in.shape.S, 1 << 24));
-  backward_generic_kernel<M, HC><<<blocks, warps * 32, smem, stream>>>(pd, in, out, fb);
+  backward_generic_kernel<M, HC, kDotFilter><<<blocks, warps * 32, smem, stream>>>(pd, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-template <Mode M>
+template <Mode M, bool kDotFilter = false>
 void launch_backward_generic(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                              const FallbackList& fb, cudaStream_t stream) {
   switch (in.shape.H) {
-    case 1: return launch_backward_generic_kernel<M, 1>(pd, in, out, fb, stream);
-    case 2: return launch_backward_generic_kernel<M, 2>(pd, in, out, fb, stream);
-    case 4: return launch_backward_generic_kernel<M, 4>(pd, in, out, fb, stream);
-    case 8: return launch_backward_generic_kernel<M, 8>(pd, in, out, fb, stream);
-    default: return launch_backward_generic_kernel<M, 0>(pd, in, out, fb, stream);
+    case 1: return launch_backward_generic_kernel<M, 1, kDotFilter>(pd, in, out, fb, stream);
+    case 2: return launch_backward_generic_kernel<M, 2, kDotFilter>(pd, in, out, fb, stream);
+    case 4: return launch_backward_generic_kernel<M, 4, kDotFilter>(pd, in, out, fb, stream);
+    case 8: return launch_backward_generic_kernel<M, 8, kDotFilter>(pd, in, out, fb, stream);
+    default: return launch_backward_generic_kernel<M, 0, kDotFilter>(pd, in, out, fb, stream);
   }
 }
 
@@ -550,7 +559,11 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   switch (pd.accumulator) {
     case Accumulator::fp32: launch_backward_generic<Mode::fp32>(pd, in, out, fb, stream); break;
     case Accumulator::fp64: launch_backward_generic<Mode::fp64>(pd, in, out, fb, stream); break;
-    case Accumulator::exact: launch_backward_generic<Mode::exact>(pd, in, out, fb, stream); break;
+    case Accumulator::exact:
+      // Without binary64 twins of ∂post and ∂comb the dot products run the filter (ExactDotFilter).
+      if (out.grad_post_f64 || out.grad_comb_f64) launch_backward_generic<Mode::exact>(pd, in, out, fb, stream);
+      else launch_backward_generic<Mode::exact, true>(pd, in, out, fb, stream);
+      break;
   }
 }
 

@@ -22,9 +22,10 @@ using namespace detail;
 constexpr int kForwardThreads = 128;
 // Blocks per multiprocessor the kernels are compiled for: a register cap. With the fully unrolled d loop
 // ptxas otherwise keeps far more values live than latency hiding needs (binary64 at H = 4: about 170
-// registers, two blocks per multiprocessor; binary32 at H = 4: 96 where 55 suffice).
+// registers, two blocks per multiprocessor; binary32 at H = 4: 96 where 55 suffice). Binary64 and exact at
+// H = 8 compute the outputs in blocks (kOutputs below) to fit in 168.
 template <Mode M, int HC>
-inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8) : (HC == 8 ? 1 : HC == 4 ? 3 : 4);
+inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8) : (HC == 8 ? 3 : HC == 4 ? 3 : 4);
 
 // The exact value of an element the bf16 filter could not settle, out of line: the rare path keeps its
 // registers to itself.
@@ -123,42 +124,48 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
     const float* comb = in.comb + s * H * H;
     if constexpr (HC > 0) {
       static_assert(kAligned, "the specialised kernels need aligned rows");
-      float pw[HC], cw[HC][HC];  // post[s, ho] and the column of ho: cw[ho][k] = comb[s, k, ho]
+      // The outputs in blocks of kOutputs: all of them, except binary64 and exact at H = 8, where 8 outputs'
+      // weights (64 floats), chunks and sums do not fit in registers; x and r are then unpacked once per block.
+      constexpr int kOutputs = HC < 8 || M == Mode::fp32 ? HC : M == Mode::fp64 ? 4 : 2;
+#pragma unroll 1
+      for (int h0 = 0; h0 < HC; h0 += kOutputs) {
+        float pw[kOutputs], cw[kOutputs][HC];  // post[s, ho] and the column of ho: cw[ho][k] = comb[s, k, ho]
 #pragma unroll
-      for (int ho = 0; ho < HC; ++ho) {
-        pw[ho] = __ldg(post + ho);
+        for (int i = 0; i < kOutputs; ++i) {
+          pw[i] = __ldg(post + h0 + i);
 #pragma unroll
-        for (int k = 0; k < HC; ++k) cw[ho][k] = __ldg(comb + k * HC + ho);
-      }
-      Chunk oc[HC];
-      double twin[HC][2];
-      uint64_t unsettled = 0;  // bit ho·8 + e
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) {
-        const float xv = chunk_elem(xc, e);
-        float r[HC];
-        V rw[HC];
-#pragma unroll
-        for (int k = 0; k < HC; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
-#pragma unroll
-        for (int ho = 0; ho < HC; ++ho) {
-          const int64_t index = (s * HC + ho) * D + d0 + e;
-          bool settled;
-          chunk_set(oc[ho], e, forward_element_first<M, kTwin>(pd, pw[ho], cw[ho], xv, r, V(xv), rw, HC, twin[ho][e & 1],
-                                                                fb, index, settled));
-          unsettled |= uint64_t(!settled) << (ho * kChunk + e);
-          if constexpr (kTwin)
-            if (e & 1) *reinterpret_cast<double2*>(out.out_f64 + index - 1) = make_double2(twin[ho][0], twin[ho][1]);
+          for (int k = 0; k < HC; ++k) cw[i][k] = __ldg(comb + k * HC + h0 + i);
         }
-      }
+        Chunk oc[kOutputs];
+        double twin[kOutputs][2];
+        uint64_t unsettled = 0;  // bit i·8 + e for output h0 + i
 #pragma unroll
-      for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out.out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
-      // Rare (exact without the twin: about one element in 2000 on randn data): finished out of line, over
-      // the element this thread has just stored.
-      while (unsettled) {
-        const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
-        unsettled &= unsettled - 1;
-        finish_forward_element<M>(pd, in, out.out, fb, s, bit / kChunk, d0 + bit % kChunk);
+        for (int e = 0; e < kChunk; ++e) {
+          const float xv = chunk_elem(xc, e);
+          float r[HC];
+          V rw[HC];
+#pragma unroll
+          for (int k = 0; k < HC; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
+#pragma unroll
+          for (int i = 0; i < kOutputs; ++i) {
+            const int64_t index = (s * HC + h0 + i) * D + d0 + e;
+            bool settled;
+            chunk_set(oc[i], e, forward_element_first<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1],
+                                                                fb, index, settled));
+            unsettled |= uint64_t(!settled) << (i * kChunk + e);
+            if constexpr (kTwin)
+              if (e & 1) *reinterpret_cast<double2*>(out.out_f64 + index - 1) = make_double2(twin[i][0], twin[i][1]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kOutputs; ++i) store_chunk<true>(out.out + (s * HC + h0 + i) * D + d0, kChunk, oc[i]);
+        // Rare (exact without the twin: exact bf16 ties and sums within ~2^-45 of one): finished out of line,
+        // over the element this thread has just stored.
+        while (unsettled) {
+          const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
+          unsettled &= unsettled - 1;
+          finish_forward_element<M>(pd, in, out.out, fb, s, h0 + bit / kChunk, d0 + bit % kChunk);
+        }
       }
     } else {
       for (int ho = 0; ho < H; ++ho) {
