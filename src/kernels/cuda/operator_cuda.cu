@@ -118,6 +118,23 @@ BackwardOutputs host_slab(const BackwardOutputs& out, const Shape& sh, int64_t s
 FallbackKind kind_of(unsigned long long item) { return static_cast<FallbackKind>(item >> kFallbackKindShift); }
 int64_t index_of(unsigned long long item) { return static_cast<int64_t>(item & kFallbackIndexMask); }
 
+// Finishes on the host the exact elements of one slab that the GPU listed as uncertified (hin, fwd, bwd: the
+// slab's host inputs and outputs), or, when the list overflowed, calls recompute_slab (the CPU path over the
+// whole slab: bit-identical by construction, SPEC §2). Returns how many elements were listed.
+template <class Recompute>
+int64_t finish_listed_elements(DeviceSlab& dev, const InputsView& hin, const ForwardOutputs& fwd,
+                               const BackwardOutputs& bwd, ExactBackend backend, std::vector<double>& terms,
+                               Recompute&& recompute_slab) {
+  unsigned long long listed = 0;
+  const std::vector<unsigned long long> items = dev.fallback_items_on_host(listed);
+  if (listed > kFallbackCapacity) {
+    recompute_slab();
+  } else {
+    for (unsigned long long item : items) finish_exact_element(hin, kind_of(item), index_of(item), fwd, bwd, backend, terms);
+  }
+  return static_cast<int64_t>(listed);
+}
+
 }  // namespace
 
 bool device_available() {
@@ -162,16 +179,9 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
     to_host(hout.out, d_out.get(), n);
     to_host(hout.out_f64, d_out64.get(), n);
     if (pd.accumulator != Accumulator::exact) continue;
-    unsigned long long listed = 0;
-    const std::vector<unsigned long long> items = dev.fallback_items_on_host(listed);
-    stats.fallback_elements += static_cast<int64_t>(listed);
     const InputsView hin = host_slab(in, s0, count);
-    if (listed > kFallbackCapacity) {
-      forward_cpu(pd, hin, hout, CpuOptions{0, backend});  // bit-identical by construction (SPEC §2)
-      continue;
-    }
-    for (unsigned long long item : items)
-      finish_exact_element(hin, kind_of(item), index_of(item), hout, {}, backend, terms);
+    stats.fallback_elements += finish_listed_elements(dev, hin, hout, {}, backend, terms,
+                                                      [&] { forward_cpu(pd, hin, hout, CpuOptions{0, backend}); });
   }
   return stats;
 }
@@ -218,16 +228,9 @@ RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutp
     to_host(hout.grad_post_f64, d_gp64.get(), size_t(count) * H);
     to_host(hout.grad_comb_f64, d_gc64.get(), size_t(count) * H * H);
     if (pd.accumulator != Accumulator::exact) continue;
-    unsigned long long listed = 0;
-    const std::vector<unsigned long long> items = dev.fallback_items_on_host(listed);
-    stats.fallback_elements += static_cast<int64_t>(listed);
     const InputsView hin = host_slab(in, s0, count);
-    if (listed > kFallbackCapacity) {
-      backward_cpu(pd, hin, hout, CpuOptions{0, backend});
-      continue;
-    }
-    for (unsigned long long item : items)
-      finish_exact_element(hin, kind_of(item), index_of(item), {}, hout, backend, terms);
+    stats.fallback_elements += finish_listed_elements(dev, hin, {}, hout, backend, terms,
+                                                      [&] { backward_cpu(pd, hin, hout, CpuOptions{0, backend}); });
   }
   return stats;
 }
