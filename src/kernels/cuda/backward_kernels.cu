@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -491,7 +493,7 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-// H in {1, 2, 4, 8} (exact and fp64: {1, 2, 4}, see backward_is_specialised).
+// H in {1, 2, 4, 8} (exact and fp64: {1, 2, 4}); callers check backward_is_specialised first.
 template <Mode M, class Pol>
 void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
@@ -499,9 +501,12 @@ void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOu
     case 1: return launch_backward_fast_kernel<M, 1>(pol, in, out, fb, stream);
     case 2: return launch_backward_fast_kernel<M, 2>(pol, in, out, fb, stream);
     case 4: return launch_backward_fast_kernel<M, 4>(pol, in, out, fb, stream);
-    default:
+    case 8:
       if constexpr (M == Mode::fp32) return launch_backward_fast_kernel<M, 8>(pol, in, out, fb, stream);
+      break;
   }
+  // Reaching here would leave the gradients unwritten: fail loudly instead.
+  throw std::logic_error("no specialised backward kernel for H = " + std::to_string(in.shape.H));
 }
 
 template <Mode M, int HC, bool kDotFilter>
