@@ -2,6 +2,7 @@
 // The mHC post operator's arithmetic, one element at a time, for every policy description (SPEC §2).
 // CPU loops (kernels/cpu) and CUDA kernels (kernels/cuda) both call these functions; no formula is
 // written twice. T is the accumulator type: float for the fp32/bf16 policies, double for fp64.
+#include <cmath>
 #include <cstdint>
 
 #include "numerics/bf16.hpp"
@@ -124,14 +125,27 @@ MHC_HD ExactAccumulator forward_exact(float p, float x, const float* c, const fl
 }
 
 // RNb of the exact forward value when the cheap filter (numerics/exact_filter.hpp) proves it; false when
-// the caller must take forward_exact. Only for callers that store the bf16 result alone.
-// xw, rw: x and r widened to binary64 by the caller.
-MHC_HD bool forward_exact_bf16(float p, float x, double xw, const float* c, const float* r, const double* rw, int H,
-                               bf16_bits& out) {
+// the caller must take forward_exact. Only for callers that store the bf16 result alone. x and r come
+// widened to binary64 by the caller (once per d for all outputs), the weights (W: float or double) as the
+// caller keeps them, and the filter's bound in two halves: forward_weights_bound per token and output,
+// forward_values_bound per d.
+MHC_HD uint32_t forward_weights_bound(float p, const float* c, int H) {
+  float m = std::fabs(p);
+  for (int k = 0; k < H; ++k) m = std::fmax(m, std::fabs(c[k]));
+  return exact_bound_field(m, H + 1);
+}
+template <class V>
+MHC_HD uint32_t forward_values_bound(V x, const V* r, int H) {
+  float m = std::fabs(float(x));
+  for (int k = 0; k < H; ++k) m = std::fmax(m, std::fabs(float(r[k])));
+  return exact_bound_field(m);
+}
+template <class W>
+MHC_HD bool forward_exact_bf16(W p, double x, const W* c, const double* r, int H, uint32_t bound, bf16_bits& out) {
   ExactBf16Filter f;
-  f.first(p, x, xw);
-  for (int k = 0; k < H; ++k) f.add(c[k], r[k], rw[k]);
-  return f.bf16(out);
+  f.first(double(p), x);
+  for (int k = 0; k < H; ++k) f.add(double(c[k]), r[k]);
+  return f.bf16(bound, out);
 }
 
 // ---- Backward: sums over the H streams ----------------------------------------------------------------
@@ -158,17 +172,30 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
   return acc;
 }
 
-// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual). gw: g widened to binary64 by the caller.
-MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, const double* gw, int H, bf16_bits& out) {
-  ExactBf16Filter f;
-  f.first(w[0], g[0], gw[0]);
-  for (int ho = 1; ho < H; ++ho) f.add(w[ho], g[ho], gw[ho]);
-  return f.bf16(out);
+// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual): g widened to binary64 by the caller, the
+// bound's halves from stream_weights_bound (per token and row) and stream_values_bound (per d).
+MHC_HD uint32_t stream_weights_bound(const float* w, int H) {
+  float m = 0.0f;
+  for (int ho = 0; ho < H; ++ho) m = std::fmax(m, std::fabs(w[ho]));
+  return exact_bound_field(m, H);
 }
+template <class V>
+MHC_HD uint32_t stream_values_bound(const V* g, int H) {
+  float m = 0.0f;
+  for (int ho = 0; ho < H; ++ho) m = std::fmax(m, std::fabs(float(g[ho])));
+  return exact_bound_field(m);
+}
+MHC_HD bool stream_grad_exact_bf16(const float* w, const double* g, int H, uint32_t bound, bf16_bits& out) {
+  ExactBf16Filter f;
+  f.first(double(w[0]), g[0]);
+  for (int ho = 1; ho < H; ++ho) f.add(double(w[ho]), g[ho]);
+  return f.bf16(bound, out);
+}
+// From binary32 values (the generic kernels): widens them and computes the bound itself.
 MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {
   double gw[16];  // H <= kMaxStreams (16)
   for (int ho = 0; ho < H; ++ho) gw[ho] = double(g[ho]);
-  return stream_grad_exact_bf16(w, g, gw, H, out);
+  return stream_grad_exact_bf16(w, gw, H, stream_weights_bound(w, H) + stream_values_bound(g, H), out);
 }
 
 // ---- Backward: sums over D, in the canonical order (docs/policies.md) ------------------------------------

@@ -204,31 +204,51 @@ void plant_midpoints(Inputs& in) {
   }
 }
 
+// exact without the binary64 twins (what the bench and `compare` run): the GPU's filters against the CPU's
+// certified path.
+void expect_exact_without_twins_identical(const Inputs& in, const std::string& label) {
+  const Policy exact = find_policy("exact");  // a copy: find_policy takes a temporary string
+  PolicyResult cpu, gpu;
+  allocate_result(cpu, in.shape, true, true);
+  allocate_result(gpu, in.shape, false, true);
+  poison(gpu);
+  forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
+  backward_cpu(exact.desc, in.view(), backward_outputs(cpu));
+  cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+  cuda::backward(exact.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
+  const std::string at = "exact, no twins, " + label;
+  expect_identical(gpu.out, cpu.out, at + " out");
+  expect_identical(gpu.grad_x, cpu.grad_x, at + " grad_x");
+  expect_identical(gpu.grad_residual, cpu.grad_residual, at + " grad_residual");
+  expect_identical(gpu.grad_post, cpu.grad_post, at + " grad_post");
+  expect_identical(gpu.grad_comb, cpu.grad_comb, at + " grad_comb");
+}
+
 // Without the binary64 twins the exact kernels settle almost every bf16 element with the filter of
 // numerics/exact_filter.hpp and pass the rest to the certified path: every bit must still equal the CPU's
 // (which always takes the certified path).
 TEST(CudaOperator, ExactWithoutBinary64TwinsMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const Policy exact = find_policy("exact");
   for (int H : {1, 2, 4, 8, 3})
     for (bool wide : {false, true}) {
       Inputs in = random_inputs(Shape{29, H, H == 3 ? 264 : 4096}, 300 + H * 2 + wide, wide);
       plant_midpoints(in);
-      PolicyResult cpu, gpu;
-      allocate_result(cpu, in.shape, true, true);
-      allocate_result(gpu, in.shape, false, true);
-      poison(gpu);
-      forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
-      backward_cpu(exact.desc, in.view(), backward_outputs(cpu));
-      cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
-      cuda::backward(exact.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
-      const std::string at = fmt::format("exact, no twins, H={} wide={}", H, wide);
-      expect_identical(gpu.out, cpu.out, at + " out");
-      expect_identical(gpu.grad_x, cpu.grad_x, at + " grad_x");
-      expect_identical(gpu.grad_residual, cpu.grad_residual, at + " grad_residual");
-      expect_identical(gpu.grad_post, cpu.grad_post, at + " grad_post");
-      expect_identical(gpu.grad_comb, cpu.grad_comb, at + " grad_comb");
+      expect_exact_without_twins_identical(in, fmt::format("H={} wide={}", H, wide));
     }
+}
+
+// Enough tokens for the kernels' long-S configurations (the other tests' few tokens run the few-token ones):
+// the forward's ring kernels (binary64: one wave of blocks, each thread looping over tokens and wrapping its
+// cp.async ring) and the backward's one warp per token (warp groups at H = 8), with planted ties in the first
+// tokens. Every preset, and exact without the binary64 twins.
+TEST(CudaOperator, LongTokenLoopsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int H : {4, 8}) {
+    Inputs in = random_inputs(Shape{1200, H, 1024}, 500 + H);
+    plant_midpoints(in);
+    for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, fmt::format("long loops H={}", H));
+    expect_exact_without_twins_identical(in, fmt::format("long loops, H={}", H));
+  }
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware

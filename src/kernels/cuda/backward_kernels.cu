@@ -18,10 +18,20 @@ namespace {
 
 using namespace detail;
 
+// ---- Dot products: q < H is ∂post[q]; q = H + hi·H + ho is ∂comb[hi, ho] -----------------------------------
+
+// The dot product of stream row `row` (0: x; 1 + hi: residual[hi]) with grad_out[ho].
+__device__ __forceinline__ int dot_number(int row, int ho, int H) { return row == 0 ? ho : H + (row - 1) * H + ho; }
+
+// Its index in ∂post (q < H) or ∂comb of token s.
+__device__ __forceinline__ int64_t dot_index(int64_t s, int q, int H) {
+  return q < H ? s * H + q : s * H * H + (q - H);
+}
+
 // ---- The exact backward's rare paths, out of line (the main loops keep their registers) ---------------------
 
-// ∂x[s, d] (row 0) or ∂residual[s, row - 1, d] by the certified path, for an element whose bf16 filter
-// declined; listed for the host when even that cannot certify it.
+// ∂x[s, d] (row 0) or ∂residual[s, row - 1, d] by the certified path, for the elements of a step whose bf16
+// filter declined one; listed for the host when even that cannot certify it.
 __device__ __noinline__ void finish_stream_grad_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s,
                                                       int row, int64_t d) {
   const int H = in.shape.H;
@@ -63,7 +73,7 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   const int ho = post_path ? q : (q - H) % H;
   const bf16_bits* a = in.grad_out + (s * H + ho) * D;
   const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + (q - H) / H) * D;
-  const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
+  const int64_t index = dot_index(s, q, H);
   float* dst = post_path ? out.grad_post : out.grad_comb;
 
   uint32_t min_a = ~0u, min_b = ~0u;  // the smallest non-zero magnitude minus one (zero wraps to the top)
@@ -106,50 +116,31 @@ __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs 
   if ((threadIdx.x & 31) == 0) (q < H ? out.grad_post[s * H + q] : out.grad_comb[s * H * H + q - H]) = v;
 }
 
-// ---- Backward, specialised: one warp per token, a cp.async ring in shared memory --------------------------
-// Lane l owns the chunks j = l, l+32, l+64, ... of the token (the canonical lane of operator_math.hpp), walks
-// them in ascending d, writes ∂x and ∂residual for them and keeps the H + H·H dot-product partials in
-// registers; a shuffle tree then combines the 32 partials. Rows are aligned (D % 8 == 0).
-// The 1 + 2H rows of a lane's next chunks are copied into a per-lane ring of kStages slots in shared memory
+// ---- Backward, specialised: warps per token, a cp.async ring in shared memory ------------------------------
+// A token's H + 1 stream rows (row 0: x, for ∂x and ∂post; row 1 + hi: residual[hi], for ∂residual[hi] and
+// ∂comb[hi, ·]) are shared by G warps (kTokenWarps), R = (H + 1) / G consecutive rows each; every warp also
+// reads the H gradient rows. Lane l owns the chunks j = l, l+32, l+64, ... of the token (the canonical lane of
+// operator_math.hpp), walks them in ascending d, writes its rows' ∂x / ∂residual for them and keeps their
+// R·H dot-product partials in registers; a shuffle tree then combines the 32 partials. Rows are aligned
+// (D % 8 == 0). G is 1 except for binary64 and exact at H = 8, whose 72 dot products per lane do not fit in
+// registers: three warps then take three rows each (the gradient rows are read three times, from L2 after
+// the first).
+// The R + H rows of a lane's next chunks are copied into a per-lane ring of kStages slots in shared memory
 // with cp.async while the current chunk is computed, so loads stay in flight without holding registers.
-// Each lane reads only the slots it filled, so no barrier is needed; a slot is refilled one iteration after
-// its values were read into registers and used.
 
-constexpr int kBackwardWarps = 4;
+constexpr int kBackwardWarps = 4;  // per block when G = 1; a block is one token's G warps otherwise
 constexpr int kStages = 3;
 
-constexpr int backward_rows(int H) { return 1 + 2 * H; }  // x, residual[0..H), grad_out[0..H)
-constexpr size_t backward_ring_bytes(int H) {
-  return size_t(kBackwardWarps) * kStages * backward_rows(H) * kReduceLanes * sizeof(uint4);
-}
+template <Mode M, int H>
+inline constexpr int kTokenWarps = H != 8 ? 1 : M == Mode::exact ? 9 : M == Mode::fp64 ? 3 : 1;
+// G for few tokens (launch_backward_for_tokens): one stream row per warp at H = 4, and at H = 8 except fp32.
+template <Mode M, int H>
+inline constexpr int kFewTokenWarps = H == 4 ? 5 : H == 8 && M != Mode::fp32 ? 9 : kTokenWarps<M, H>;
 
-__device__ __forceinline__ void copy16_async(uint4* smem, const bf16_bits* gmem) {
-#if __CUDA_ARCH__ >= 800
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(gmem) : "memory");
-#else
-  *smem = __ldg(reinterpret_cast<const uint4*>(gmem));
-#endif
-}
-
-__device__ __forceinline__ void commit_copies() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits until at most `kPending` committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-
-__device__ __forceinline__ Chunk chunk_from(const uint4& v) {
-  Chunk c;
-  c.w[0] = v.x, c.w[1] = v.y, c.w[2] = v.z, c.w[3] = v.w;
-  return c;
+constexpr int backward_block_warps(int G) { return G == 1 ? kBackwardWarps : G; }
+constexpr int backward_rows(int H, int G) { return (H + 1) / G + H; }  // R stream rows, grad_out[0..H)
+constexpr size_t backward_ring_bytes(int H, int G) {
+  return size_t(backward_block_warps(G)) * kStages * backward_rows(H, G) * kReduceLanes * sizeof(uint4);
 }
 
 // The per-lane partial of one dot product: the policy's accumulator, or for exact the dot filter.
@@ -164,16 +155,17 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 
 // One element of ∂x (w = post) or ∂residual[hi] (w = comb[hi]) and its H dot-product steps (b: x or
 // residual[hi] at d). g: the H gradient values as floats, gw widened. For exact, `settled` says whether the
-// bf16 filter proved the element; its binary64 twin is never stored by this kernel.
+// bf16 filter proved the element (`bound`: its bound, stream_weights_bound + stream_values_bound); its
+// binary64 twin is never stored by this kernel.
 template <Mode M, int H>
 __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const float* w, const float* g,
                                                   const RoundedT<M>* gw, float b, bool post_path, FastDotAcc<M>* acc,
-                                                  double* twin, bool& settled) {
+                                                  double* twin, uint32_t bound, bool& settled) {
   using T = RoundedT<M>;
   const T bw = T(b);
   if constexpr (M == Mode::exact) {
     bf16_bits out;
-    settled = stream_grad_exact_bf16(w, g, gw, H, out);
+    settled = stream_grad_exact_bf16(w, gw, H, bound, out);
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) acc[ho].add(g[ho], b, gw[ho], bw);
     return out;
@@ -188,30 +180,33 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const fl
   }
 }
 
-template <Mode M, int H, class Pol>
-__global__ void __launch_bounds__(kBackwardWarps * 32)
+template <Mode M, int H, int G, class Pol>
+__global__ void __launch_bounds__(backward_block_warps(G) * 32)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   using Acc = FastDotAcc<M>;
-  static_assert(M != Mode::exact || (1 + H) * kChunk <= 64, "one bit per element of a chunk's rows");
-  constexpr int kRows = backward_rows(H);
+  static_assert((H + 1) % G == 0, "every warp of a token takes the same number of stream rows");
+  constexpr int R = (H + 1) / G;
+  constexpr int kRows = backward_rows(H, G);
+  constexpr int kWarps = backward_block_warps(G);
   extern __shared__ uint4 ring_memory[];
   const PolicyDesc pd = pol.get();
   const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32;
+  const int row0 = (warp % G) * R;  // this warp's first stream row (0 when G = 1)
   // This lane's slot of (stage, row) is ring[(stage * kRows + row) * 32].
-  uint4* const ring = ring_memory + (threadIdx.x / 32) * kStages * kRows * kReduceLanes + lane;
+  uint4* const ring = ring_memory + warp * kStages * kRows * kReduceLanes + lane;
   const int64_t D = in.shape.D;
   const int64_t chunks = D / kChunk;
   const int64_t steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
-  const int64_t warps = int64_t(gridDim.x) * kBackwardWarps;
-  for (int64_t s = int64_t(blockIdx.x) * kBackwardWarps + threadIdx.x / 32; s < in.shape.S; s += warps) {
+  const int64_t tokens_per_pass = int64_t(gridDim.x) * (kWarps / G);
+  for (int64_t s = int64_t(blockIdx.x) * (kWarps / G) + warp / G; s < in.shape.S; s += tokens_per_pass) {
+    // rows[r < R]: stream row row0 + r; rows[R + ho]: grad_out[ho].
     const bf16_bits* rows[kRows];
-    rows[0] = in.x + s * D;
+    rows[0] = row0 == 0 ? in.x + s * D : in.residual + (s * H + row0 - 1) * D;
 #pragma unroll
-    for (int h = 0; h < H; ++h) {
-      rows[1 + h] = in.residual + (s * H + h) * D;
-      rows[1 + H + h] = in.grad_out + (s * H + h) * D;
-    }
+    for (int i = 1; i < kRows; ++i)
+      rows[i] = i < R ? in.residual + (s * H + row0 + i - 1) * D : in.grad_out + (s * H + i - R) * D;
     // Step i covers chunk j = lane + 32·i, in ring stage i mod kStages.
     auto fetch = [&](int64_t i) {
       uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
@@ -225,20 +220,22 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
       commit_copies();
     }
 
-    float pw[H], cw[H][H];  // post[s, ho] and comb[s, hi, ho]
+    float w[R][H];  // the weights of stream row row0 + r: post[s, ho] for row 0, comb[s, row - 1, ho] otherwise
+    Acc acc[R][H];  // its dot products with grad_out[ho]
 #pragma unroll
-    for (int ho = 0; ho < H; ++ho) pw[ho] = __ldg(in.post + s * H + ho);
+    for (int r = 0; r < R; ++r) {
+      const float* weights = row0 + r == 0 ? in.post + s * H : in.comb + (s * H + row0 + r - 1) * H;
 #pragma unroll
-    for (int hi = 0; hi < H; ++hi)
-#pragma unroll
-      for (int ho = 0; ho < H; ++ho) cw[hi][ho] = __ldg(in.comb + (s * H + hi) * H + ho);
-    Acc acc_post[H], acc_comb[H][H];
-#pragma unroll
-    for (int ho = 0; ho < H; ++ho) {
-      acc_post[ho] = fast_zero<M>();
-#pragma unroll
-      for (int hi = 0; hi < H; ++hi) acc_comb[hi][ho] = fast_zero<M>();
+      for (int ho = 0; ho < H; ++ho) w[r][ho] = __ldg(weights + ho);
     }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int ho = 0; ho < H; ++ho) acc[r][ho] = fast_zero<M>();
+    uint32_t wbound[R];  // exact: the weights' half of each row's filter bound
+    if constexpr (M == Mode::exact)
+#pragma unroll
+      for (int r = 0; r < R; ++r) wbound[r] = stream_weights_bound(w[r], H);
 
     for (int64_t i = 0; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
@@ -246,18 +243,16 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
       wait_copies<kStages - 1>();  // step i's group has landed
       const uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
       const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
-      const Chunk xc = chunk_from(slot[0]);
       Chunk gc[H];
 #pragma unroll
-      for (int h = 0; h < H; ++h) gc[h] = chunk_from(slot[(1 + H + h) * kReduceLanes]);
-      uint64_t unsettled = 0;  // exact: bit row·8 + e, row 0 for ∂x and 1 + hi for ∂residual[hi]
-      // ∂x, then one residual row at a time: its ∂residual chunk and its H dot products with the gradient
-      // rows. Gradient values are widened once (exact) for all the sums that read them.
+      for (int ho = 0; ho < H; ++ho) gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
+      bool all_settled = true;  // exact: false when the filter declined an element of this step
+      // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
+      // Gradient values are widened once (exact) for all the sums that read them.
 #pragma unroll
-      for (int row = 0; row <= H; ++row) {
-        const Chunk bc = row == 0 ? xc : chunk_from(slot[row * kReduceLanes]);
-        const float* w = row == 0 ? pw : cw[row - 1];
-        Acc* acc = row == 0 ? acc_post : acc_comb[row - 1];
+      for (int r = 0; r < R; ++r) {
+        const int row = row0 + r;
+        const Chunk bc = chunk_from(slot[r * kReduceLanes]);
         bf16_bits* dst = row == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + row - 1) * D + d0;
         double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
         if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
@@ -268,34 +263,35 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
           T gw[H];
 #pragma unroll
           for (int ho = 0; ho < H; ++ho) gw[ho] = T(g[ho] = chunk_elem(gc[ho], e));
+          uint32_t bound = 0;
+          if constexpr (M == Mode::exact) bound = wbound[r] + stream_values_bound(g, H);
           bool settled;
-          chunk_set(oc, e, fast_element<M, H>(pd, w, g, gw, chunk_elem(bc, e), row == 0, acc,
-                                             dst64 ? dst64 + e : nullptr, settled));
-          if constexpr (M == Mode::exact) unsettled |= uint64_t(!settled) << (row * kChunk + e);
+          chunk_set(oc, e, fast_element<M, H>(pd, w[r], g, gw, chunk_elem(bc, e), row == 0, acc[r],
+                                             dst64 ? dst64 + e : nullptr, bound, settled));
+          all_settled = all_settled && settled;
         }
         store_chunk<true>(dst, kChunk, oc);
       }
-      // Rare (exact bf16 ties and sums within ~2^-45 of one): finished out of line over what was just stored.
-      while (unsettled) {
-        const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
-        unsettled &= unsettled - 1;
-        finish_stream_grad_exact(in, out, fb, s, bit / kChunk, d0 + bit % kChunk);
-      }
+      // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation; about one step in 10^4): the step's
+      // elements are recomputed by the certified path out of line, over what was just stored.
+      if (!all_settled)
+#pragma unroll 1
+        for (int i = 0; i < R * kChunk; ++i)
+          finish_stream_grad_exact(in, out, fb, s, row0 + i / kChunk, d0 + i % kChunk);
     }
 #pragma unroll
-    for (int q = 0; q < H + H * H; ++q) {
-      const bool post_path = q < H;
-      const Acc partial = post_path ? acc_post[q] : acc_comb[(q - H) / H][(q - H) % H];
+    for (int i = 0; i < R * H; ++i) {
+      const int r = i / H, ho = i % H;
+      const int q = dot_number(row0 + r, ho, H);
       if constexpr (M == Mode::exact) {
-        settle_dot_exact(in, out, fb, s, q, partial, dot_filter_depth(D));
+        settle_dot_exact(in, out, fb, s, q, acc[r][ho], dot_filter_depth(D));
       } else {
-        const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
-        float* dst = post_path ? out.grad_post : out.grad_comb;
-        const T v = finish_param_grad<T>(pd, warp_tree_sum(partial));
+        const T v = finish_param_grad<T>(pd, warp_tree_sum(acc[r][ho]));
         if (lane == 0) {
-          dst[index] = static_cast<float>(v);
+          const int64_t index = dot_index(s, q, H);
+          (q < H ? out.grad_post : out.grad_comb)[index] = static_cast<float>(v);
           if constexpr (M == Mode::fp64) {
-            double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
+            double* dst64 = q < H ? out.grad_post_f64 : out.grad_comb_f64;
             if (dst64) dst64[index] = v;
           }
         }
@@ -446,7 +442,7 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
         const int q = pass * per_pass + warp * QPW + qi;
         if (q >= nq) break;  // uniform over the warp: the shuffles below see all 32 lanes
         const bool post_path = q < H;
-        const int64_t index = post_path ? s * H + q : s * H * H + (q - H);
+        const int64_t index = dot_index(s, q, H);
         float* dst = post_path ? out.grad_post : out.grad_comb;
         double* dst64 = post_path ? out.grad_post_f64 : out.grad_comb_f64;
         if constexpr (M == Mode::exact && kDotFilter) {
@@ -473,37 +469,45 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-int backward_fast_blocks(const Shape& sh) {
-  return static_cast<int>(std::min<int64_t>((sh.S + kBackwardWarps - 1) / kBackwardWarps, 1 << 24));
-}
-
-template <Mode M, int H, class Pol>
+template <Mode M, int H, int G, class Pol>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
-  constexpr size_t bytes = backward_ring_bytes(H);
+  constexpr int kTokensPerBlock = backward_block_warps(G) / G;
+  constexpr size_t bytes = backward_ring_bytes(H, G);
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [] {
-    MHC_CUDA_CHECK(cudaFuncSetAttribute(backward_fast_kernel<M, H, Pol>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(backward_fast_kernel<M, H, G, Pol>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
     return true;
   }();
   (void)allowed;
-  backward_fast_kernel<M, H, Pol>
-      <<<backward_fast_blocks(in.shape), kBackwardWarps * 32, bytes, stream>>>(pol, in, out, fb);
+  const int64_t token_blocks = (in.shape.S + kTokensPerBlock - 1) / kTokensPerBlock;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
+  backward_fast_kernel<M, H, G, Pol><<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-// H in {1, 2, 4, 8} (exact and fp64: {1, 2, 4}); callers check backward_is_specialised first.
+// H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
+// multiprocessor, one warp per token leaves most of the GPU idle: each token's rows are then spread over
+// kFewTokenWarps warps (S = 128, H = 4: exact 72 -> 35-45 us, fp64 28 -> 21 us; at S = 1024 one warp per
+// token was faster).
+template <Mode M, int H, class Pol>
+void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                                cudaStream_t stream) {
+  if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
+    if (in.shape.S < 2 * multiprocessor_count())
+      return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
+  launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
+}
+
 template <Mode M, class Pol>
 void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   switch (in.shape.H) {
-    case 1: return launch_backward_fast_kernel<M, 1>(pol, in, out, fb, stream);
-    case 2: return launch_backward_fast_kernel<M, 2>(pol, in, out, fb, stream);
-    case 4: return launch_backward_fast_kernel<M, 4>(pol, in, out, fb, stream);
-    case 8:
-      if constexpr (M == Mode::fp32) return launch_backward_fast_kernel<M, 8>(pol, in, out, fb, stream);
-      break;
+    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream);
+    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream);
+    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, stream);
+    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, stream);
   }
   // Reaching here would leave the gradients unwritten: fail loudly instead.
   throw std::logic_error("no specialised backward kernel for H = " + std::to_string(in.shape.H));
@@ -535,9 +539,6 @@ void launch_backward_generic(const PolicyDesc& pd, const InputsView& in, const B
 
 bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out) {
   if (!specialised_shape(in.shape) || !rows_aligned(in, out.grad_x, out.grad_residual)) return false;
-  // 72 binary64 (or dot-filter) partials per lane do not fit in registers (ptxas spills kilobytes): the
-  // generic kernel shares them among warps instead.
-  if (pd.accumulator != Accumulator::fp32 && in.shape.H > 4) return false;
   // exact: the fast kernel stores bf16 and binary32 results only; the binary64 twins need the certified
   // accumulators for every element (the generic kernel).
   if (pd.accumulator == Accumulator::exact)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -21,11 +22,30 @@ using namespace detail;
 
 constexpr int kForwardThreads = 128;
 // Blocks per multiprocessor the kernels are compiled for: a register cap. With the fully unrolled d loop
-// ptxas otherwise keeps far more values live than latency hiding needs (binary64 at H = 4: about 170
-// registers, two blocks per multiprocessor; binary32 at H = 4: 96 where 55 suffice). Binary64 and exact at
-// H = 8 compute the outputs in blocks (kOutputs below) to fit in 168.
+// ptxas otherwise keeps far more values live than latency hiding needs (binary32 at H = 4: 96 registers
+// where 55 suffice). Binary64 at H = 4: 96 registers, five blocks (94 % of copy; three: 89 %); exact at
+// H = 4 computes its outputs in two blocks of two (kForwardOutputs) in 128 registers, four blocks (H200,
+// 16384 x 4 x 4096: 0.56 ms, against 0.58 for 2 x 2 outputs in 160 registers, 0.65 for all four in 168 with
+// spills, 0.68 for all four in 192). Binary64 and exact at H = 8 compute the outputs in blocks to fit in 168.
 template <Mode M, int HC>
-inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8) : (HC == 8 ? 3 : HC == 4 ? 3 : 4);
+inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8)
+                                         : M == Mode::fp64 ? (HC == 8 ? 3 : HC == 4 ? 5 : 4)
+                                                           : (HC == 8 ? 3 : 4);
+// Outputs computed together per d (x and r are unpacked and widened once per block of outputs).
+template <Mode M, int HC>
+inline constexpr int kForwardOutputs = HC < 4 || M == Mode::fp32 ? HC : M == Mode::fp64 ? (HC == 8 ? 4 : HC) : 2;
+
+// The binary64 kernels at H <= 4 loop over tokens and copy the next tokens' chunks into a per-thread ring in
+// shared memory (cp.async, kForwardStages slots) while computing the current one; their grid is one wave of
+// resident blocks (forward_grid). Measured on the H200 (docs/performance.md): fp64 at H = 4 80 -> 89 % of
+// copy (94 % with five blocks); the exact kernels and every kernel at H = 8 were slower with the ring (exact
+// 0.55 -> 0.83 ms) and load directly.
+template <Mode M, int HC>
+inline constexpr bool kForwardRing = HC > 0 && HC < 8 && M == Mode::fp64;
+constexpr int kForwardStages = 3;
+constexpr size_t forward_ring_bytes(int H) {
+  return size_t(kForwardStages) * (1 + H) * kForwardThreads * sizeof(uint4);
+}
 
 // The exact value of an element the bf16 filter could not settle, out of line: the rare path keeps its
 // registers to itself.
@@ -45,7 +65,11 @@ __device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float
     // Without the twin, the filter settles almost every element; the rest (and every element when the twin
     // is stored) take the certified path, and what that cannot certify is finished on the host.
     bf16_bits b;
-    if (kTwin || !forward_exact_bf16(p, xv, xw, cc, r, rw, H, b)) {
+    bool settled = false;
+    if constexpr (!kTwin)
+      settled =
+          forward_exact_bf16(p, xw, cc, rw, H, forward_weights_bound(p, cc, H) + forward_values_bound(xv, r, H), b);
+    if (!settled) {
       const ExactRounded v = kTwin ? forward_exact(p, xv, cc, r, H).result() : forward_exact_out_of_line(p, xv, cc, r, H);
       b = v.bf16();
       twin = v.rn64;
@@ -59,8 +83,9 @@ __device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float
   }
 }
 
-// An element forward_element_first left unsettled, from the inputs in device memory. Out of line, so that
-// the kernel's main loop keeps its registers.
+// An element of a block the bf16 filter did not settle entirely, from the inputs in device memory: the filter
+// again, and the certified path where it declines. Out of line, so that the kernel's main loop keeps its
+// registers.
 template <Mode M>
 __device__ __noinline__ void finish_forward_element(PolicyDesc pd, InputsView in, bf16_bits* out, FallbackList fb,
                                                     int64_t s, int ho, int64_t d) {
@@ -77,22 +102,6 @@ __device__ __noinline__ void finish_forward_element(PolicyDesc pd, InputsView in
   const int64_t index = (s * H + ho) * D + d;
   double unused;
   out[index] = forward_element<M, false>(pd, in.post[s * H + ho], cc, xv, r, V(xv), rw, H, unused, fb, index, true);
-}
-
-// The first, branch-free attempt at an element: `settled` is false for the rare exact elements the bf16
-// filter cannot settle, which the kernel finishes after its main loop.
-template <Mode M, bool kTwin, class V>
-__device__ __forceinline__ bf16_bits forward_element_first(const PolicyDesc& pd, float p, const float* cc, float xv,
-                                                           const float* r, V xw, const V* rw, int H, double& twin,
-                                                           const FallbackList& fb, int64_t index, bool& settled) {
-  settled = true;
-  if constexpr (M == Mode::exact && !kTwin) {
-    bf16_bits b;
-    settled = forward_exact_bf16(p, xv, xw, cc, r, rw, H, b);
-    return b;
-  } else {
-    return forward_element<M, kTwin>(pd, p, cc, xv, r, xw, rw, H, twin, fb, index, true);
-  }
 }
 
 // One thread per (token, chunk of 8 d): it loads x and the H residual rows of its chunk (16 bytes each when
@@ -114,31 +123,66 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
   if (c >= chunks) return;
   const int64_t d0 = c * kChunk;
   const int n = static_cast<int>(D - d0 < kChunk ? D - d0 : kChunk);
-  for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y) {
-    const Chunk xc = load_chunk<kAligned>(in.x + s * D + d0, n);
-    Chunk rc[HA];
+  // The ring (kForwardRing): this thread's slot of (stage, row) is ring[(stage * (1 + H) + row) * threads].
+  constexpr bool kRing = kForwardRing<M, HC>;
+  extern __shared__ uint4 ring_memory[];
+  uint4* const ring = ring_memory + threadIdx.x;
+  auto fetch = [&](int64_t s, int stage) {
+    uint4* slot = ring + stage * (1 + HC) * kForwardThreads;
+    copy16_async(slot, in.x + s * D + d0);
 #pragma unroll
-    for (int k = 0; k < HA; ++k)
-      if (k < H) rc[k] = load_chunk<kAligned>(in.residual + (s * H + k) * D + d0, n);
+    for (int k = 0; k < HC; ++k) copy16_async(slot + (1 + k) * kForwardThreads, in.residual + (s * HC + k) * D + d0);
+  };
+  if constexpr (kRing) {
+#pragma unroll
+    for (int i = 0; i < kForwardStages - 1; ++i) {
+      if (blockIdx.y + int64_t(i) * gridDim.y < in.shape.S) fetch(blockIdx.y + int64_t(i) * gridDim.y, i);
+      commit_copies();
+    }
+  }
+  int stage = 0;  // s = blockIdx.y + step·gridDim.y is in ring stage step mod kForwardStages
+  for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y, stage = stage + 1 == kForwardStages ? 0 : stage + 1) {
+    Chunk xc, rc[HA];
+    if constexpr (kRing) {
+      // The slot read one step ago (stage - 1) receives the token kForwardStages - 1 steps ahead.
+      const int64_t ahead = s + int64_t(kForwardStages - 1) * gridDim.y;
+      if (ahead < in.shape.S) fetch(ahead, stage == 0 ? kForwardStages - 1 : stage - 1);
+      commit_copies();
+      wait_copies<kForwardStages - 1>();  // this step's group has landed
+      const uint4* slot = ring + stage * (1 + HC) * kForwardThreads;
+      xc = chunk_from(slot[0]);
+#pragma unroll
+      for (int k = 0; k < HC; ++k) rc[k] = chunk_from(slot[(1 + k) * kForwardThreads]);
+    } else {
+      xc = load_chunk<kAligned>(in.x + s * D + d0, n);
+#pragma unroll
+      for (int k = 0; k < HA; ++k)
+        if (k < H) rc[k] = load_chunk<kAligned>(in.residual + (s * H + k) * D + d0, n);
+    }
     const float* post = in.post + s * H;
     const float* comb = in.comb + s * H * H;
     if constexpr (HC > 0) {
       static_assert(kAligned, "the specialised kernels need aligned rows");
-      // The outputs in blocks of kOutputs: all of them, except binary64 and exact at H = 8, where 8 outputs'
-      // weights (64 floats), chunks and sums do not fit in registers; x and r are then unpacked once per block.
-      constexpr int kOutputs = HC < 8 || M == Mode::fp32 ? HC : M == Mode::fp64 ? 4 : 2;
+      // The outputs in blocks of kOutputs (kForwardOutputs): all of them, except exact at H = 4 and binary64 and
+      // exact at H = 8, whose weights, chunks and sums for all outputs do not fit; x and r are then unpacked
+      // once per block.
+      constexpr int kOutputs = kForwardOutputs<M, HC>;
 #pragma unroll 1
       for (int h0 = 0; h0 < HC; h0 += kOutputs) {
         float pw[kOutputs], cw[kOutputs][HC];  // post[s, ho] and the column of ho: cw[ho][k] = comb[s, k, ho]
+        // exact without the twin: the weights' half of the filter's bound, once per token
+        constexpr bool kFilter = M == Mode::exact && !kTwin;
+        uint32_t wbound[kOutputs];
 #pragma unroll
         for (int i = 0; i < kOutputs; ++i) {
           pw[i] = __ldg(post + h0 + i);
 #pragma unroll
           for (int k = 0; k < HC; ++k) cw[i][k] = __ldg(comb + k * HC + h0 + i);
+          if constexpr (kFilter) wbound[i] = forward_weights_bound(pw[i], cw[i], HC);
         }
         Chunk oc[kOutputs];
         double twin[kOutputs][2];
-        uint64_t unsettled = 0;  // bit i·8 + e for output h0 + i
+        bool all_settled = true;  // false: the filter declined an exact element of this block
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
           const float xv = chunk_elem(xc, e);
@@ -146,26 +190,32 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
           V rw[HC];
 #pragma unroll
           for (int k = 0; k < HC; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
+          uint32_t vbound = 0;  // the values' half of the filter's bound
+          if constexpr (kFilter) vbound = forward_values_bound(xv, r, HC);
 #pragma unroll
           for (int i = 0; i < kOutputs; ++i) {
             const int64_t index = (s * HC + h0 + i) * D + d0 + e;
-            bool settled;
-            chunk_set(oc[i], e, forward_element_first<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1],
-                                                                fb, index, settled));
-            unsettled |= uint64_t(!settled) << (i * kChunk + e);
+            bool settled = true;  // false: an exact element the filter declined, finished below
+            bf16_bits b;
+            if constexpr (kFilter)
+              settled = forward_exact_bf16(pw[i], V(xv), cw[i], rw, HC, wbound[i] + vbound, b);
+            else
+              b = forward_element<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1], fb, index, true);
+            chunk_set(oc[i], e, b);
+            all_settled = all_settled && settled;
             if constexpr (kTwin)
               if (e & 1) *reinterpret_cast<double2*>(out.out_f64 + index - 1) = make_double2(twin[i][0], twin[i][1]);
           }
         }
 #pragma unroll
         for (int i = 0; i < kOutputs; ++i) store_chunk<true>(out.out + (s * HC + h0 + i) * D + d0, kChunk, oc[i]);
-        // Rare (exact without the twin: exact bf16 ties and sums within ~2^-45 of one): finished out of line,
-        // over the element this thread has just stored.
-        while (unsettled) {
-          const int bit = __ffsll(static_cast<long long>(unsettled)) - 1;
-          unsettled &= unsettled - 1;
-          finish_forward_element<M>(pd, in, out.out, fb, s, h0 + bit / kChunk, d0 + bit % kChunk);
-        }
+        // Rare (exact without the twin: bf16 ties, sums within ~2^-45 of one, deep cancellation; about one block
+        // in 10^5): the block's elements are recomputed out of line over what was just stored, the declined ones
+        // by the certified path.
+        if (!all_settled)
+#pragma unroll 1
+          for (int i = 0; i < kOutputs * kChunk; ++i)
+            finish_forward_element<M>(pd, in, out.out, fb, s, h0 + i / kChunk, d0 + i % kChunk);
       }
     } else {
       for (int ho = 0; ho < H; ++ho) {
@@ -195,21 +245,44 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 
 constexpr unsigned kMaxGridY = 65535;
 
-dim3 forward_grid(const Shape& sh) {
+// One block row per token; a ring kernel gets at most `resident` blocks in all (one wave: each thread then
+// loops over about S·grid.x / resident tokens).
+dim3 forward_grid(const Shape& sh, int64_t resident = std::numeric_limits<int64_t>::max()) {
   const int64_t chunks = (sh.D + kChunk - 1) / kChunk;
-  return dim3(static_cast<unsigned>((chunks + kForwardThreads - 1) / kForwardThreads),
-              static_cast<unsigned>(std::min<int64_t>(sh.S, kMaxGridY)));
+  const int64_t columns = (chunks + kForwardThreads - 1) / kForwardThreads;
+  const int64_t rows = std::min<int64_t>({sh.S, kMaxGridY, std::max<int64_t>(resident / columns, 1)});
+  return dim3(static_cast<unsigned>(columns), static_cast<unsigned>(rows));
+}
+
+template <Mode M, int HC, bool kAligned, bool kTwin, class Pol>
+void launch_forward_variant(Pol pol, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
+                            cudaStream_t stream) {
+  const auto kernel = forward_kernel<M, HC, kAligned, kTwin, Pol>;
+  if constexpr (kForwardRing<M, HC>) {
+    constexpr size_t bytes = forward_ring_bytes(HC);
+    // Set once per kernel: the ring may exceed the default 48 KB of dynamic shared memory; the number of
+    // blocks that fit on the device at once is the grid.
+    static const int64_t resident = [&] {
+      MHC_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+      int per_sm = 0;
+      MHC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kForwardThreads, bytes));
+      return std::max<int64_t>(int64_t(per_sm) * multiprocessor_count(), 1);
+    }();
+    kernel<<<forward_grid(in.shape, resident), kForwardThreads, bytes, stream>>>(pol, in, out, fb);
+  } else {
+    kernel<<<forward_grid(in.shape), kForwardThreads, 0, stream>>>(pol, in, out, fb);
+  }
+  MHC_CUDA_CHECK_LAUNCH();
 }
 
 template <Mode M, int HC, bool kAligned, class Pol>
 void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
                            cudaStream_t stream) {
-  const dim3 grid = forward_grid(in.shape);
   if (M != Mode::fp32 && out.out_f64)
-    forward_kernel<M, HC, kAligned, M != Mode::fp32, Pol><<<grid, kForwardThreads, 0, stream>>>(pol, in, out, fb);
+    launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
   else
-    forward_kernel<M, HC, kAligned, false, Pol><<<grid, kForwardThreads, 0, stream>>>(pol, in, out, fb);
-  MHC_CUDA_CHECK_LAUNCH();
+    launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
 }
 
 // Specialised H in {1, 2, 4, 8}; false when H is another value.

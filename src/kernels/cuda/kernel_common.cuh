@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/operator_kernels.hpp"
 #include "kernels/operator_math.hpp"
 
@@ -84,6 +85,39 @@ __device__ __forceinline__ void store_chunk(bf16_bits* p, int n, const Chunk& c)
   }
 }
 
+// ---- cp.async: rows copied into shared memory while the current values are computed ----------------------
+// Each thread (or lane) copies into slots of a ring only it reads, so no barrier is needed: a slot is
+// refilled one iteration after its values were read into registers and used.
+
+__device__ __forceinline__ void copy16_async(uint4* smem, const bf16_bits* gmem) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(gmem) : "memory");
+#else
+  *smem = __ldg(reinterpret_cast<const uint4*>(gmem));
+#endif
+}
+
+__device__ __forceinline__ void commit_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+__device__ __forceinline__ Chunk chunk_from(const uint4& v) {
+  Chunk c;
+  c.w[0] = v.x, c.w[1] = v.y, c.w[2] = v.z, c.w[3] = v.w;
+  return c;
+}
+
 __device__ __forceinline__ void push_fallback(const FallbackList& fb, FallbackKind kind, int64_t index) {
   const unsigned long long slot = atomicAdd(fb.count, 1ull);
   if (slot < fb.capacity)
@@ -123,6 +157,17 @@ __device__ __forceinline__ ExactAccumulator warp_tree_merge(ExactAccumulator acc
 }
 
 // ---- Launch helpers ----------------------------------------------------------------------------------------
+
+// The current device's multiprocessors (asked once per process: mhcdiff uses one device).
+inline int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    MHC_CUDA_CHECK(cudaGetDevice(&device));
+    MHC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  }();
+  return count;
+}
 
 inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
