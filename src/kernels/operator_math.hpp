@@ -124,24 +124,26 @@ MHC_HD ExactAccumulator forward_exact(float p, float x, const float* c, const fl
   return acc;
 }
 
+// The largest of m and |v[0..n)|.
+template <class V>
+MHC_HD float max_magnitude(const V* v, int n, float m = 0.0f) {
+  for (int i = 0; i < n; ++i) m = std::fmax(m, std::fabs(float(v[i])));
+  return m;
+}
+
 // RNb of the exact forward value when the cheap filter (numerics/exact_filter.hpp) proves it; false when
 // the caller must take forward_exact. Only for callers that store the bf16 result alone. x and r come
-// widened to binary64 by the caller (once per d for all outputs), the weights (W: float or double) as the
-// caller keeps them, and the filter's bound in two halves: forward_weights_bound per token and output,
-// forward_values_bound per d.
+// widened to binary64 by the caller (once per d for all outputs), and the filter's bound in two halves:
+// forward_weights_bound per token and output, forward_values_bound per d.
 MHC_HD uint32_t forward_weights_bound(float p, const float* c, int H) {
-  float m = std::fabs(p);
-  for (int k = 0; k < H; ++k) m = std::fmax(m, std::fabs(c[k]));
-  return exact_bound_field(m, H + 1);
+  return exact_bound_field(max_magnitude(c, H, std::fabs(p)), H + 1);
 }
 template <class V>
 MHC_HD uint32_t forward_values_bound(V x, const V* r, int H) {
-  float m = std::fabs(float(x));
-  for (int k = 0; k < H; ++k) m = std::fmax(m, std::fabs(float(r[k])));
-  return exact_bound_field(m);
+  return exact_bound_field(max_magnitude(r, H, std::fabs(float(x))));
 }
-template <class W>
-MHC_HD bool forward_exact_bf16(W p, double x, const W* c, const double* r, int H, uint32_t bound, bf16_bits& out) {
+MHC_HD bool forward_exact_bf16(float p, double x, const float* c, const double* r, int H, uint32_t bound,
+                               bf16_bits& out) {
   ExactBf16Filter f;
   f.first(double(p), x);
   for (int k = 0; k < H; ++k) f.add(double(c[k]), r[k]);
@@ -174,16 +176,10 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
 
 // The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual): g widened to binary64 by the caller, the
 // bound's halves from stream_weights_bound (per token and row) and stream_values_bound (per d).
-MHC_HD uint32_t stream_weights_bound(const float* w, int H) {
-  float m = 0.0f;
-  for (int ho = 0; ho < H; ++ho) m = std::fmax(m, std::fabs(w[ho]));
-  return exact_bound_field(m, H);
-}
+MHC_HD uint32_t stream_weights_bound(const float* w, int H) { return exact_bound_field(max_magnitude(w, H), H); }
 template <class V>
 MHC_HD uint32_t stream_values_bound(const V* g, int H) {
-  float m = 0.0f;
-  for (int ho = 0; ho < H; ++ho) m = std::fmax(m, std::fabs(float(g[ho])));
-  return exact_bound_field(m);
+  return exact_bound_field(max_magnitude(g, H));
 }
 MHC_HD bool stream_grad_exact_bf16(const float* w, const double* g, int H, uint32_t bound, bf16_bits& out) {
   ExactBf16Filter f;
