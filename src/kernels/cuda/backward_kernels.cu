@@ -23,6 +23,10 @@ using namespace detail;
 // The dot product of stream row `row` (0: x; 1 + hi: residual[hi]) with grad_out[ho].
 __device__ __forceinline__ int dot_number(int row, int ho, int H) { return row == 0 ? ho : H + (row - 1) * H + ho; }
 
+// The inverse: dot product q's gradient row ho, and (q >= H) its residual row hi.
+__device__ __forceinline__ int dot_grad_row(int q, int H) { return q < H ? q : (q - H) % H; }
+__device__ __forceinline__ int dot_residual_row(int q, int H) { return (q - H) / H; }
+
 // Its index in ∂post (q < H) or ∂comb of token s.
 __device__ __forceinline__ int64_t dot_index(int64_t s, int q, int H) {
   return q < H ? s * H + q : s * H * H + (q - H);
@@ -70,9 +74,9 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   const int64_t D = in.shape.D;
   const int lane = threadIdx.x & 31;
   const bool post_path = q < H;
-  const int ho = post_path ? q : (q - H) % H;
+  const int ho = dot_grad_row(q, H);
   const bf16_bits* a = in.grad_out + (s * H + ho) * D;
-  const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + (q - H) / H) * D;
+  const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + dot_residual_row(q, H)) * D;
   const int64_t index = dot_index(s, q, H);
   float* dst = post_path ? out.grad_post : out.grad_comb;
 
@@ -123,8 +127,8 @@ __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs 
 // operator_math.hpp), walks them in ascending d, writes its rows' ∂x / ∂residual for them and keeps their
 // R·H dot-product partials in registers; a shuffle tree then combines the 32 partials. Rows are aligned
 // (D % 8 == 0). G is 1 except for binary64 and exact at H = 8, whose 72 dot products per lane do not fit in
-// registers: three warps then take three rows each (the gradient rows are read three times, from L2 after
-// the first).
+// registers (G = 3 and 9: three rows or one row per warp), and for few tokens (kFewTokenWarps); the gradient
+// rows are then read G times, from L2 after the first.
 // The R + H rows of a lane's next chunks are copied into a per-lane ring of kStages slots in shared memory
 // with cp.async while the current chunk is computed, so loads stay in flight without holding registers.
 
@@ -421,9 +425,8 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
           const int q = pass * per_pass + warp * QPW + qi;
           if (q >= nq) break;
           const bool post_path = q < H;
-          const int ho = post_path ? q : (q - H) % H;
-          const float* a = gs + ho * kTileStride;
-          const float* b = post_path ? xs : rs + ((q - H) / H) * kTileStride;
+          const float* a = gs + dot_grad_row(q, H) * kTileStride;
+          const float* b = post_path ? xs : rs + dot_residual_row(q, H) * kTileStride;
 #pragma unroll
           for (int e = 0; e < kChunk; ++e) {
             const int el = lane * kChunk + e;
