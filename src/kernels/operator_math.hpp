@@ -42,6 +42,10 @@ MHC_HD double op_round_bf16(double v) { return static_cast<double>(bf16_to_float
 
 // The coefficient as the policy uses it: as stored, or rounded to bf16 first (HF's .to(bfloat16)).
 MHC_HD float coefficient(const PolicyDesc& pd, float v) { return pd.coef == CoefRounding::bf16 ? rnb(v) : v; }
+// A weight its caller already rounded by coefficient() and widened to binary64, possibly scaled (scaled_weight,
+// with values by scaled_value: each product is then unscaled, and every operation of forward_value takes
+// products, so binary64 policies get the same numbers).
+MHC_HD double coefficient(const PolicyDesc&, double v) { return v; }
 
 // Every sum that real implementations start from a zeroed accumulator (torch.sum, bmm, autograd's
 // broadcast reductions, Triton/CUDA `acc = 0` loops) starts from +0 here too. It changes nothing but the
@@ -67,8 +71,8 @@ MHC_HD T add_mix_term(const PolicyDesc& pd, T acc, T c, T r) {
   return pd.mix_product == MixProduct::fused ? op_fma(c, r, acc) : add_product(acc, c, r);
 }
 
-template <class T, class V>
-MHC_HD T mix_sum(const PolicyDesc& pd, const float* c, const V* r, int H) {
+template <class T, class V, class W = float>
+MHC_HD T mix_sum(const PolicyDesc& pd, const W* c, const V* r, int H) {
   if (pd.order != TermOrder::mix_pairwise) {
     T m = zero_accumulator<T>();
     for (int k = 0; k < H; ++k) m = add_mix_term(pd, m, T(coefficient(pd, c[k])), T(r[k]));
@@ -92,9 +96,10 @@ MHC_HD T mix_sum(const PolicyDesc& pd, const float* c, const V* r, int H) {
 }
 
 // V is the type x and r arrive in: float, or already widened to double by a caller that reuses them (the
-// widening is exact, so the result does not depend on V).
-template <class T, class V = float>
-MHC_HD T forward_value(const PolicyDesc& pd, float p_in, V x_in, const float* c, const V* r, int H) {
+// widening is exact, so the result does not depend on V). W is the weights' type: float, or for T = double
+// double weights prepared as coefficient() says.
+template <class T, class V = float, class W = float>
+MHC_HD T forward_value(const PolicyDesc& pd, W p_in, V x_in, const W* c, const V* r, int H) {
   const T p = T(coefficient(pd, p_in));
   const T x = T(x_in);
   if (pd.order == TermOrder::seeded) {
@@ -131,23 +136,36 @@ MHC_HD float max_magnitude(const V* v, int n, float m = 0.0f) {
   return m;
 }
 
-// RNb of the exact forward value when the cheap filter (numerics/exact_filter.hpp) proves it; false when
-// the caller must take forward_exact. Only for callers that store the bf16 result alone. x and r come
-// widened to binary64 by the caller (once per d for all outputs), and the filter's bound in two halves:
-// forward_weights_bound per token and output, forward_values_bound per d.
-MHC_HD uint32_t forward_weights_bound(float p, const float* c, int H) {
-  return exact_bound_field(max_magnitude(c, H, std::fabs(p)), H + 1);
-}
+// The largest of m and |v[0..n)| in V's own type (values scaled by 2^-896 need binary64).
 template <class V>
-MHC_HD uint32_t forward_values_bound(V x, const V* r, int H) {
-  return exact_bound_field(max_magnitude(r, H, std::fabs(float(x))));
+MHC_HD V max_abs(const V* v, int n, V m) {
+  for (int i = 0; i < n; ++i) m = std::fmax(m, std::fabs(v[i]));
+  return m;
 }
-MHC_HD bool forward_exact_bf16(float p, double x, const float* c, const double* r, int H, uint32_t bound,
+
+// RNb of the exact forward value when the cheap filter (numerics/exact_filter.hpp) proves it; false when
+// the caller must take forward_exact. Only for callers that store the bf16 result alone. The factors come
+// widened to binary64 by the caller: plain, or weights times 2^896 (once per token) and values by
+// scaled_value (without a conversion instruction). `error` is exact_error of forward_error_weight (per token
+// and output) and a bound on the values' magnitudes (per element, forward_max_value, or per block of them).
+MHC_HD double forward_error_weight(float p, const float* c, int H, bool scaled_values) {
+  return exact_error_weight(max_magnitude(c, H, std::fabs(p)), H + 1, scaled_values);
+}
+MHC_HD double forward_max_value(double x, const double* r, int H) { return max_abs(r, H, std::fabs(x)); }
+MHC_HD bool forward_exact_bf16(double p, double x, const double* c, const double* r, int H, double error,
                                bf16_bits& out) {
   ExactBf16Filter f;
-  f.first(double(p), x);
-  for (int k = 0; k < H; ++k) f.add(double(c[k]), r[k]);
-  return f.bf16(bound, out);
+  f.first(p, x);
+  for (int k = 0; k < H; ++k) f.add(c[k], r[k]);
+  return f.bf16(error, out);
+}
+// From binary32 values (the generic kernels): widens them (plain) and computes the bound itself.
+MHC_HD bool forward_exact_bf16(float p, float x, const float* c, const float* r, int H, bf16_bits& out) {
+  double cw[16], rw[16];  // H <= kMaxStreams (16)
+  for (int k = 0; k < H; ++k) cw[k] = double(c[k]), rw[k] = double(r[k]);
+  return forward_exact_bf16(double(p), double(x), cw, rw, H,
+                            exact_error(forward_error_weight(p, c, H, false), forward_max_value(double(x), rw, H)),
+                            out);
 }
 
 // ---- Backward: sums over the H streams ----------------------------------------------------------------
@@ -174,24 +192,22 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
   return acc;
 }
 
-// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual): g widened to binary64 by the caller, the
-// bound's halves from stream_weights_bound (per token and row) and stream_values_bound (per d).
-MHC_HD uint32_t stream_weights_bound(const float* w, int H) { return exact_bound_field(max_magnitude(w, H), H); }
-template <class V>
-MHC_HD uint32_t stream_values_bound(const V* g, int H) {
-  return exact_bound_field(max_magnitude(g, H));
-}
-MHC_HD bool stream_grad_exact_bf16(const float* w, const double* g, int H, uint32_t bound, bf16_bits& out) {
+// The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual), from plain binary64 factors (the backward's gradient
+// values are widened for its dot products too); `error` from stream_error_weight (per token and row) and a
+// bound on the gradient values' magnitudes (per element, stream_max_value, or per block of them).
+MHC_HD double stream_error_weight(const float* w, int H) { return exact_error_weight(max_magnitude(w, H), H, false); }
+MHC_HD double stream_max_value(const double* g, int H) { return max_abs(g, H, 0.0); }
+MHC_HD bool stream_grad_exact_bf16(const float* w, const double* g, int H, double error, bf16_bits& out) {
   ExactBf16Filter f;
   f.first(double(w[0]), g[0]);
   for (int ho = 1; ho < H; ++ho) f.add(double(w[ho]), g[ho]);
-  return f.bf16(bound, out);
+  return f.bf16(error, out);
 }
 // From binary32 values (the generic kernels): widens them and computes the bound itself.
 MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {
   double gw[16];  // H <= kMaxStreams (16)
   for (int ho = 0; ho < H; ++ho) gw[ho] = double(g[ho]);
-  return stream_grad_exact_bf16(w, gw, H, stream_weights_bound(w, H) + stream_values_bound(g, H), out);
+  return stream_grad_exact_bf16(w, gw, H, exact_error(stream_error_weight(w, H), stream_max_value(gw, H)), out);
 }
 
 // ---- Backward: sums over D, in the canonical order (docs/policies.md) ------------------------------------

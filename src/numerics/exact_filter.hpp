@@ -6,28 +6,25 @@
 // The sum is S = Σ_{i<n} a_i·b_i, a_i binary32, b_i bf16 values, n <= 17. Each product is exact in binary64,
 // so a chain of fused multiply-adds s = fma(a_i, b_i, s) rounds once per step:
 //
-//   |S - s| <= (n-1)·u·max_k|s_k| <= 16.01·u·T,   u = 2^-53,  T = Σ|a_i·b_i|.
+//   |S - s| <= u·Σ_{k>=2}|s_k| <= (n-1)·u·T·(1+u)^(n-1),   u = 2^-53,  T = Σ|a_i·b_i| <= n·A·B,
 //
-// T is bounded by a power of two from the largest magnitudes alone, so callers compute the bound once per
-// token (the weights) and once per d (the values) instead of once per element: with f(v) = max(binary32
-// exponent field of v, 1), every |v| < 2^(f(v) - 126), and with L = ceil(log2 n),
+// with A = max|a_i|, B = max|b_i|. So e = RN(c_n·A·B) bounds |S - s| for any power of two
+// c_n >= 1.001·n(n-1)·u (the 0.1 % covers (1+u)^(n-1) and the rounding of e itself), and so does any larger
+// A or B. Callers compute c_n·A once per token (the weights) and B once per block of values (a GPU thread's
+// 16-byte chunks: a looser bound, still rarely declining), and one multiplication joins them.
+// Then lo = RD(s - e) <= S <= hi = RU(s + e), and as RNb is monotonic, RNb(lo) == RNb(hi) proves
+// RNb(S) == RNb(hi): two conversions (one instruction each on sm_90) and one comparison. It holds across the
+// whole range, subnormal results and overflow to infinity included. An exact zero S (or any S whose interval
+// reaches zero from both sides) is always declined: lo <= -0 and hi >= +0 round to zeros of different signs,
+// so the certified path applies the signed-zero rules. Otherwise it declines only when a bf16 rounding
+// boundary lies within e of s (e is about 2^-45·T) or after deep cancellation. Measured on 10^7 randn-like
+// sums each (bf16 N(0,1) values, weights U[0,1), post U[0,2)): 1 declined for the forward at H = 4 (5 terms),
+// none at H = 8 (9 terms) nor for ∂x/∂residual (4 and 8 terms).
 //
-//   T <= n·max|a_i|·max|b_i| < P = 2^p,   p = f(max|a|) + f(max|b|) - 252 + L.
-//
-// Let 2^E <= |s| < 2^(E+1), so a binary64 unit of s is 2^(E-52) and |S - s| < 8.005·2^(p-E) units; let L45
-// be the 45 bits of s's significand below bf16's 8: the bf16 rounding boundary next to s is at L45 = 2^44.
-// The answer is accepted when
-//   (1) 2^-100 <= |s| < 2^101 (bf16's normal range, far from its ends; NaN fails this),
-// and either of two tests on integer fields of s holds:
-//   (2a) p <= E + 26 (|S - s| < 2^29.01 units) and L45 is more than 2^32 units from 2^44;
-//   (2b) p <= E + 14 (|S - s| < 2^17.01 units) and L45 is more than 2^20 units from 2^44.
-// The other boundaries near s are a quarter of a bf16 unit, 2^43 units, away or more. S then rounds to the
-// same bf16 as s, and as s is no tie, RNb(S) = RNb(s) (on the GPU one conversion instruction).
-// (2a) declines randn-like sums about 1 in 4000 (within 2^32 units of a boundary); (2b) those within 2^20
-// units or cancelling more bits than it allows against the coarse bound. Both together, measured on 2·10^7
-// randn-like sums each (bf16 N(0,1) values, weights U[0,1), post U[0,2)): 1 in 2.0·10^6 for the forward at
-// H = 4 (5 terms), 1 in 9·10^5 at H = 8 (9 terms); 1 in 2.2·10^6 and 4·10^6 for ∂x/∂residual (4, 8 terms).
-#include <algorithm>
+// The forward widens its values without a conversion instruction: a bf16 bit pattern placed in a binary64
+// (scaled_value below) is exactly v·2^-896, subnormals and zeros included, and its weights are scaled by
+// 2^896 (exact for every finite binary32), so the products and s are unscaled.
+
 #include <cmath>
 #include <cstdint>
 
@@ -36,47 +33,54 @@
 
 namespace mhc {
 
-// f(m) of the bound above, in a binary64 high word's exponent position: max(exponent field of m, 1) << 20.
-// m is a largest magnitude (a binary32, or a bf16 widened to binary32); the two halves of p add as integers.
-MHC_HD uint32_t exact_bound_field(float m) {
-  return std::max(float_bits(m) & 0x7f800000u, 0x00800000u) >> 3;
+// c_n of the bound above, for n terms (n <= 17); a single product is exact, c_1 = 0.
+MHC_HD constexpr double exact_chain_error_factor(int n) {
+  return n <= 1 ? 0.0 : n <= 2 ? 0x1p-51 : n <= 3 ? 0x1p-50 : n <= 4 ? 0x1p-49 : n <= 5 ? 0x1p-48
+       : n <= 8 ? 0x1p-47 : n <= 11 ? 0x1p-46 : n <= 16 ? 0x1p-45 : 0x1p-44;
 }
 
-// f(max|a|) plus L = ceil(log2 n) for n terms (n <= 17), in the same position: the per-token half of p.
-MHC_HD uint32_t exact_bound_field(float max_a, int n) {
-  const uint32_t log_n = n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : n <= 16 ? 4 : 5;
-  return exact_bound_field(max_a) + (log_n << 20);
+// A bf16 value v as the binary64 v·2^-896, by placing its bits: sign, then its exponent field in the low 8
+// bits of binary64's, then its 7 fraction bits (a bf16 subnormal lands on a binary64 subnormal of the same
+// scale). `word` holds the bf16 in its high 16 bits (a bf16 widened to binary32 bits, or the odd element of a
+// packed pair); its low 16 bits are ignored. Two integer instructions, where a conversion would take the
+// narrow conversion pipe.
+inline constexpr double kScaledValueFactor = 0x1p-896;
+inline constexpr double kScaledWeightFactor = 0x1p896;
+MHC_HD double scaled_value(uint32_t word) {
+  const uint32_t hi = static_cast<uint32_t>(static_cast<int32_t>(word) >> 3) & 0x8fffe000u;
+  return double_from_bits(static_cast<uint64_t>(hi) << 32);
 }
+
+// A binary32 weight a as the binary64 a·2^896 (the scale that cancels scaled_value's in every product): its
+// bits placed the same way (a·2^-896, binary32 subnormals included), then twice times 2^896 (exact). Integer
+// instructions and two binary64 multiplications instead of a conversion.
+MHC_HD double scaled_weight(float a) {
+  const uint32_t f = float_bits(a);
+  const uint32_t hi = static_cast<uint32_t>(static_cast<int32_t>(f) >> 3) & 0x8fffffffu, lo = f << 29;
+  return mul_rn64(mul_rn64(double_from_bits(static_cast<uint64_t>(hi) << 32 | lo), 0x1p896), 0x1p896);
+}
+
+// The weights' half of e: c_n·A, times 2^896 when the values come scaled by 2^-896 (exact: a power-of-two
+// factor, and c_n·A·2^896 < 2^1024 for every finite binary32 A).
+MHC_HD double exact_error_weight(float max_a, int n, bool scaled_values) {
+  return mul_rn64(mul_rn64(double(max_a), exact_chain_error_factor(n)), scaled_values ? kScaledWeightFactor : 1.0);
+}
+
+// e from its halves: exact_error_weight of the weights and B, the largest value magnitude, in the values' scale.
+MHC_HD double exact_error(double error_weight, double max_value) { return mul_rn64(error_weight, max_value); }
 
 // Accumulates the terms one at a time (so callers keep their own loops and unrolling), from the factors
-// widened to binary64 (exact) by callers that widen each value once and reuse it.
+// widened to binary64 by the caller (exact: plain or both scaled, see above), then tests the interval.
 struct ExactBf16Filter {
   double s = 0.0;
 
   MHC_HD void first(double a, double b) { s = mul_rn64(a, b); }
   MHC_HD void add(double a, double b) { s = fma_rn64(a, b, s); }
 
-  // True, with RNb(S) in `out`, when the tests above prove it. `bound` is exact_bound_field(max|a|, n) +
-  // exact_bound_field(max|b|): (p + 1023) << 20 less a constant. Integer tests only: this runs for every
-  // element of the exact kernels' main loops.
-  MHC_HD bool bf16(uint32_t bound, bf16_bits& out) const {
-    const uint64_t u = double_bits(s);
-    const uint32_t hi = static_cast<uint32_t>(u >> 32), lo = static_cast<uint32_t>(u);
-    const uint32_t mag = hi & 0x7fffffffu;
-    constexpr uint32_t kLowest = (1023u - 100u) << 20, kBeyond = (1023u + 101u) << 20;
-    // p <= E + 26  <=>  (p + 997) << 20 <= mag, where (p + 1023) << 20 = bound + ((1023 - 252) << 20); mag and
-    // bound are below 2^31, so their difference is exact in int32.
-    const int32_t margin = static_cast<int32_t>(mag - bound);
-    const bool within26 = margin >= int32_t((997u - 252u) << 20);
-    const bool within14 = margin >= int32_t((1009u - 252u) << 20);
-    // t = floor(L45 / 2^13): the high word's 13 low bits and the low word's 19 high bits; the boundary is at
-    // t = 2^31. Outside [2^31 - 2^19, 2^31 + 2^19], L45 is more than 2^32 units from it (2a); outside
-    // [2^31 - 2^7, 2^31 + 2^7], more than 2^20 units (2b).
-    const uint32_t t = (hi << 19) | (lo >> 13);
-    const bool coarse = within26 && t - ((1u << 31) - (1u << 19)) > (1u << 20);
-    const bool fine = within14 && t - ((1u << 31) - (1u << 7)) > (1u << 8);
-    out = round_to_bf16_rne(s);
-    return mag - kLowest < kBeyond - kLowest && (coarse || fine);
+  // True, with RNb(S) in `out`, when the interval [RD(s - e), RU(s + e)] proves it; e from exact_error.
+  MHC_HD bool bf16(double e, bf16_bits& out) const {
+    out = round_to_bf16_rne(add_ru64(s, e));
+    return round_to_bf16_rne(add_rd64(s, -e)) == out;
   }
 };
 

@@ -68,6 +68,34 @@ MHC_HD double sub_rn64(double a, double b) {
 #endif
 }
 
+// RD64(a + b) and RU64(a + b), rounded down / up: the ends of an interval that encloses a + b. On the GPU
+// the directed-rounding instructions; on the host (tests) from RN64 and the exact error of the addition
+// (TwoSum, Knuth), one step down / up when it lost something, and IEEE's signs of exact zeros (x + (-x) is -0
+// rounded down, +0 rounded up; two zeros keep their sign only when they agree, else as x + (-x)).
+MHC_HD double add_rd64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rd(a, b);
+#else
+  const double t = a + b;
+  if (t == 0.0) return std::signbit(a) || std::signbit(b) || (a != 0.0) ? -0.0 : 0.0;
+  const double bv = t - a;
+  const double error = (a - (t - bv)) + (b - bv);  // a + b = t + error exactly
+  return error < 0.0 ? std::nextafter(t, -HUGE_VAL) : t;
+#endif
+}
+
+MHC_HD double add_ru64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_ru(a, b);
+#else
+  const double t = a + b;
+  if (t == 0.0) return std::signbit(a) && std::signbit(b) && a == 0.0 ? -0.0 : 0.0;
+  const double bv = t - a;
+  const double error = (a - (t - bv)) + (b - bv);
+  return error > 0.0 ? std::nextafter(t, HUGE_VAL) : t;
+#endif
+}
+
 MHC_HD uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);

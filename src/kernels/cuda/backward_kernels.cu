@@ -34,22 +34,34 @@ __device__ __forceinline__ int64_t dot_index(int64_t s, int q, int H) {
 
 // ---- The exact backward's rare paths, out of line (the main loops keep their registers) ---------------------
 
-// ∂x[s, d] (row 0) or ∂residual[s, row - 1, d] by the certified path, for the elements of a step whose bf16
-// filter declined one; listed for the host when even that cannot certify it.
-__device__ __noinline__ void finish_stream_grad_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s,
-                                                      int row, int64_t d) {
+// The ∂x (row 0) / ∂residual[row - 1] elements of stream rows row0 .. row0 + rows - 1 of token s at d0 .. d0 + 7
+// when the bf16 filter declined one of them: every element is stored again, from the filter with its own
+// per-element bound (tighter than the main loop's per-step one, so it may accept what that declined) or, where
+// it declines, the certified path; listed for the host when even that cannot certify it. The gradient chunks
+// are still in the lane's ring slots (grad[ho · 32]), so no global memory latency is paid while the warp waits.
+__device__ __noinline__ void finish_stream_grad_step(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s,
+                                                     int row0, int rows, int64_t d0, const uint4* grad) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
-  const float* weights = row == 0 ? in.post + s * H : in.comb + (s * H + row - 1) * H;
-  float w[kMaxStreams], g[kMaxStreams];
-  for (int ho = 0; ho < H; ++ho) {
-    w[ho] = weights[ho];
-    g[ho] = bf16_to_float(in.grad_out[(s * H + ho) * D + d]);
+  for (int row = row0; row < row0 + rows; ++row) {
+    const float* weights = row == 0 ? in.post + s * H : in.comb + (s * H + row - 1) * H;
+    float w[kMaxStreams];
+    for (int ho = 0; ho < H; ++ho) w[ho] = weights[ho];
+    for (int e = 0; e < kChunk; ++e) {
+      float g[kMaxStreams];
+      for (int ho = 0; ho < H; ++ho) g[ho] = chunk_elem(chunk_from(grad[ho * kReduceLanes]), e);
+      const int64_t index = row == 0 ? s * D + d0 + e : (s * H + row - 1) * D + d0 + e;
+      bf16_bits& dst = (row == 0 ? out.grad_x : out.grad_residual)[index];
+      bf16_bits b;
+      if (stream_grad_exact_bf16(w, g, H, b)) {
+        dst = b;
+        continue;
+      }
+      const ExactRounded v = stream_grad_exact(w, g, H).result();
+      dst = v.bf16();
+      if (!v.certified) push_fallback(fb, row == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+    }
   }
-  const ExactRounded v = stream_grad_exact(w, g, H).result();
-  const int64_t index = row == 0 ? s * D + d : (s * H + row - 1) * D + d;
-  (row == 0 ? out.grad_x : out.grad_residual)[index] = v.bf16();
-  if (!v.certified) push_fallback(fb, row == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
 }
 
 // The dot products (∂post, ∂comb) without binary64 twins: each lane runs an ExactDotFilter over its
@@ -159,17 +171,17 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 
 // One element of ∂x (w = post) or ∂residual[hi] (w = comb[hi]) and its H dot-product steps (b: x or
 // residual[hi] at d). g: the H gradient values as floats, gw widened. For exact, `settled` says whether the
-// bf16 filter proved the element (`bound`: its bound, stream_weights_bound + stream_values_bound); its
-// binary64 twin is never stored by this kernel.
+// bf16 filter proved the element (`error`: its bound, from stream_error_weight of the row and the largest
+// gradient magnitude in the lane's chunks); its binary64 twin is never stored by this kernel.
 template <Mode M, int H>
 __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const float* w, const float* g,
                                                   const RoundedT<M>* gw, float b, bool post_path, FastDotAcc<M>* acc,
-                                                  double* twin, uint32_t bound, bool& settled) {
+                                                  double* twin, double error, bool& settled) {
   using T = RoundedT<M>;
   const T bw = T(b);
   if constexpr (M == Mode::exact) {
     bf16_bits out;
-    settled = stream_grad_exact_bf16(w, gw, H, bound, out);
+    settled = stream_grad_exact_bf16(w, gw, H, error, out);
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) acc[ho].add(g[ho], b, gw[ho], bw);
     return out;
@@ -184,8 +196,13 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const fl
   }
 }
 
+// The exact kernels ask for one resident block per multiprocessor: left to itself, ptxas gave the exact kernel
+// at H = 8 96 registers and 284 bytes of spills (168 registers and 8 bytes this way). 0: unspecified.
+template <Mode M>
+inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
+
 template <Mode M, int H, int G, class Pol>
-__global__ void __launch_bounds__(backward_block_warps(G) * 32)
+__global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBlocks<M>)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   using Acc = FastDotAcc<M>;
@@ -236,10 +253,10 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32)
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) acc[r][ho] = fast_zero<M>();
-    uint32_t wbound[R];  // exact: the weights' half of each row's filter bound
+    double error_weight[R];  // exact: the weights' half of each row's filter bound
     if constexpr (M == Mode::exact)
 #pragma unroll
-      for (int r = 0; r < R; ++r) wbound[r] = stream_weights_bound(w[r], H);
+      for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
 
     for (int64_t i = 0; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
@@ -251,6 +268,13 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32)
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
       bool all_settled = true;  // exact: false when the filter declined an element of this step
+      double max_value = 0.0;   // exact: the largest magnitude of the step's gradient values
+      if constexpr (M == Mode::exact) {
+        uint32_t pairs = 0;
+#pragma unroll
+        for (int ho = 0; ho < H; ++ho) pairs = max_magnitude_pairs(gc[ho], pairs);
+        max_value = float_from_bits(max_pair_word(pairs));
+      }
       // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
       // Gradient values are widened once (exact) for all the sums that read them.
 #pragma unroll
@@ -261,27 +285,23 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32)
         double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
         if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
         Chunk oc;
+        const double error = M == Mode::exact ? exact_error(error_weight[r], max_value) : 0.0;
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
           float g[H];
           T gw[H];
 #pragma unroll
           for (int ho = 0; ho < H; ++ho) gw[ho] = T(g[ho] = chunk_elem(gc[ho], e));
-          uint32_t bound = 0;
-          if constexpr (M == Mode::exact) bound = wbound[r] + stream_values_bound(g, H);
           bool settled;
           chunk_set(oc, e, fast_element<M, H>(pd, w[r], g, gw, chunk_elem(bc, e), row == 0, acc[r],
-                                             dst64 ? dst64 + e : nullptr, bound, settled));
+                                             dst64 ? dst64 + e : nullptr, error, settled));
           all_settled = all_settled && settled;
         }
         store_chunk<true>(dst, kChunk, oc);
       }
       // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation; about one step in 10^4): the step's
       // elements are recomputed by the certified path out of line, over what was just stored.
-      if (!all_settled)
-#pragma unroll 1
-        for (int i = 0; i < R * kChunk; ++i)
-          finish_stream_grad_exact(in, out, fb, s, row0 + i / kChunk, d0 + i % kChunk);
+      if (!all_settled) finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
     }
 #pragma unroll
     for (int i = 0; i < R * H; ++i) {

@@ -29,8 +29,8 @@ constexpr int kForwardThreads = 128;
 // spills, 0.68 for all four in 192). Binary64 and exact at H = 8 compute the outputs in blocks to fit in 168.
 template <Mode M, int HC>
 inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8)
-                                         : M == Mode::fp64 ? (HC == 8 ? 3 : HC == 4 ? 5 : 4)
-                                                           : (HC == 8 ? 3 : 4);
+                                         : M == Mode::fp64 ? (HC == 8 ? 3 : 4)
+                                                           : (HC == 8 ? 3 : HC == 4 ? 5 : 4);
 // Outputs computed together per d (x and r are unpacked and widened once per block of outputs).
 template <Mode M, int HC>
 inline constexpr int kForwardOutputs = HC < 4 || M == Mode::fp32 ? HC : M == Mode::fp64 ? (HC == 8 ? 4 : HC) : 2;
@@ -66,9 +66,7 @@ __device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float
     // is stored) take the certified path, and what that cannot certify is finished on the host.
     bf16_bits b;
     bool settled = false;
-    if constexpr (!kTwin)
-      settled =
-          forward_exact_bf16(p, xw, cc, rw, H, forward_weights_bound(p, cc, H) + forward_values_bound(xv, r, H), b);
+    if constexpr (!kTwin) settled = forward_exact_bf16(p, xv, cc, r, H, b);
     if (!settled) {
       const ExactRounded v = kTwin ? forward_exact(p, xv, cc, r, H).result() : forward_exact_out_of_line(p, xv, cc, r, H);
       b = v.bf16();
@@ -83,25 +81,32 @@ __device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float
   }
 }
 
-// An element of a block the bf16 filter did not settle entirely, from the inputs in device memory: the filter
-// again, and the certified path where it declines. Out of line, so that the kernel's main loop keeps its
-// registers.
+// A block of elements (outputs h0 .. h0 + n_out - 1 of token s at d0 .. d0 + 7; aligned rows) in which the
+// bf16 filter declined one, from the inputs in device memory: every load first (one memory latency, not one
+// per element: this runs in a single thread while its warp waits), then the filter again per element and
+// the certified path where it declines. Out of line, so that the kernel's main loop keeps its registers.
 template <Mode M>
-__device__ __noinline__ void finish_forward_element(PolicyDesc pd, InputsView in, bf16_bits* out, FallbackList fb,
-                                                    int64_t s, int ho, int64_t d) {
-  using V = std::conditional_t<M == Mode::fp32, float, double>;
+__device__ __noinline__ void finish_forward_block(PolicyDesc pd, InputsView in, bf16_bits* out, FallbackList fb,
+                                                  int64_t s, int h0, int n_out, int64_t d0) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
-  float cc[kMaxStreams], r[kMaxStreams];
-  V rw[kMaxStreams];
-  for (int k = 0; k < H; ++k) {
-    cc[k] = in.comb[(s * H + k) * H + ho];
-    rw[k] = V(r[k] = bf16_to_float(in.residual[(s * H + k) * D + d]));
+  const Chunk xc = load_chunk<true>(in.x + s * D + d0, kChunk);
+  Chunk rc[kMaxStreams];
+  for (int k = 0; k < H; ++k) rc[k] = load_chunk<true>(in.residual + (s * H + k) * D + d0, kChunk);
+  for (int ho = h0; ho < h0 + n_out; ++ho) {
+    float cc[kMaxStreams];
+    for (int k = 0; k < H; ++k) cc[k] = in.comb[(s * H + k) * H + ho];
+    const float p = in.post[s * H + ho];
+    for (int e = 0; e < kChunk; ++e) {
+      float r[kMaxStreams];
+      double rw[kMaxStreams];
+      for (int k = 0; k < H; ++k) rw[k] = r[k] = chunk_elem(rc[k], e);
+      const float xv = chunk_elem(xc, e);
+      const int64_t index = (s * H + ho) * D + d0 + e;
+      double unused;
+      out[index] = forward_element<M, false>(pd, p, cc, xv, r, double(xv), rw, H, unused, fb, index, true);
+    }
   }
-  const float xv = bf16_to_float(in.x[s * D + d]);
-  const int64_t index = (s * H + ho) * D + d;
-  double unused;
-  out[index] = forward_element<M, false>(pd, in.post[s * H + ho], cc, xv, r, V(xv), rw, H, unused, fb, index, true);
 }
 
 // One thread per (token, chunk of 8 d): it loads x and the H residual rows of its chunk (16 bytes each when
@@ -167,55 +172,83 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
       // exact at H = 8, whose weights, chunks and sums for all outputs do not fit; x and r are then unpacked
       // once per block.
       constexpr int kOutputs = kForwardOutputs<M, HC>;
+      // exact without the twin: the bf16 filter; its bound from the weights of each output and the largest
+      // value magnitude in this thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight, once
+      // per token) and the values by scaled_value (once per d): integer instructions, not conversions, and the
+      // same products.
+      constexpr bool kFilter = M == Mode::exact && !kTwin;
+      constexpr bool kScaled = kFilter || M == Mode::fp64;
+      double max_value = 0.0;
+      if constexpr (kFilter) {
+        uint32_t pairs = max_magnitude_pairs(xc, 0);
+#pragma unroll
+        for (int k = 0; k < HC; ++k) pairs = max_magnitude_pairs(rc[k], pairs);
+        max_value = scaled_value(max_pair_word(pairs));
+      }
 #pragma unroll 1
       for (int h0 = 0; h0 < HC; h0 += kOutputs) {
         float pw[kOutputs], cw[kOutputs][HC];  // post[s, ho] and the column of ho: cw[ho][k] = comb[s, k, ho]
-        // exact without the twin: the weights' half of the filter's bound, once per token
-        constexpr bool kFilter = M == Mode::exact && !kTwin;
-        uint32_t wbound[kOutputs];
+        double ps[kOutputs], cs[kOutputs][HC], error[kOutputs];  // kScaled; error: kFilter
 #pragma unroll
         for (int i = 0; i < kOutputs; ++i) {
           pw[i] = __ldg(post + h0 + i);
 #pragma unroll
           for (int k = 0; k < HC; ++k) cw[i][k] = __ldg(comb + k * HC + h0 + i);
-          if constexpr (kFilter) wbound[i] = forward_weights_bound(pw[i], cw[i], HC);
+          if constexpr (kScaled) {  // the exact sum takes the weights as stored, fp64 the policy's coefficients
+            ps[i] = scaled_weight(kFilter ? pw[i] : coefficient(pd, pw[i]));
+#pragma unroll
+            for (int k = 0; k < HC; ++k) cs[i][k] = scaled_weight(kFilter ? cw[i][k] : coefficient(pd, cw[i][k]));
+          }
+          if constexpr (kFilter) error[i] = exact_error(forward_error_weight(pw[i], cw[i], HC, true), max_value);
         }
         Chunk oc[kOutputs];
         double twin[kOutputs][2];
         bool all_settled = true;  // false: the filter declined an exact element of this block
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
-          const float xv = chunk_elem(xc, e);
-          float r[HC];
-          V rw[HC];
+          if constexpr (kScaled) {
+            double rs[HC];
+            const double xs = chunk_scaled(xc, e);
 #pragma unroll
-          for (int k = 0; k < HC; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
-          uint32_t vbound = 0;  // the values' half of the filter's bound
-          if constexpr (kFilter) vbound = forward_values_bound(xv, r, HC);
+            for (int k = 0; k < HC; ++k) rs[k] = chunk_scaled(rc[k], e);
 #pragma unroll
-          for (int i = 0; i < kOutputs; ++i) {
-            const int64_t index = (s * HC + h0 + i) * D + d0 + e;
-            bool settled = true;  // false: an exact element the filter declined, finished below
-            bf16_bits b;
-            if constexpr (kFilter)
-              settled = forward_exact_bf16(pw[i], V(xv), cw[i], rw, HC, wbound[i] + vbound, b);
-            else
-              b = forward_element<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1], fb, index, true);
-            chunk_set(oc[i], e, b);
-            all_settled = all_settled && settled;
-            if constexpr (kTwin)
-              if (e & 1) *reinterpret_cast<double2*>(out.out_f64 + index - 1) = make_double2(twin[i][0], twin[i][1]);
+            for (int i = 0; i < kOutputs; ++i) {
+              bf16_bits b;
+              if constexpr (kFilter) {
+                all_settled = forward_exact_bf16(ps[i], xs, cs[i], rs, HC, error[i], b) && all_settled;
+              } else {
+                const double v = forward_value<double>(pd, ps[i], xs, cs[i], rs, HC);
+                twin[i][e & 1] = v;
+                b = round_to_bf16_rne(v);
+              }
+              chunk_set(oc[i], e, b);
+            }
+          } else {
+            const float xv = chunk_elem(xc, e);
+            float r[HC];
+            V rw[HC];
+#pragma unroll
+            for (int k = 0; k < HC; ++k) rw[k] = V(r[k] = chunk_elem(rc[k], e));
+#pragma unroll
+            for (int i = 0; i < kOutputs; ++i) {
+              const int64_t index = (s * HC + h0 + i) * D + d0 + e;
+              chunk_set(oc[i], e,
+                        forward_element<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1], fb, index, true));
+            }
           }
+          if constexpr (kTwin)
+            if (e & 1)
+#pragma unroll
+              for (int i = 0; i < kOutputs; ++i)
+                *reinterpret_cast<double2*>(out.out_f64 + (s * HC + h0 + i) * D + d0 + e - 1) =
+                    make_double2(twin[i][0], twin[i][1]);
         }
 #pragma unroll
         for (int i = 0; i < kOutputs; ++i) store_chunk<true>(out.out + (s * HC + h0 + i) * D + d0, kChunk, oc[i]);
         // Rare (exact without the twin: bf16 ties, sums within ~2^-45 of one, deep cancellation; about one block
         // in 10^5): the block's elements are recomputed out of line over what was just stored, the declined ones
         // by the certified path.
-        if (!all_settled)
-#pragma unroll 1
-          for (int i = 0; i < kOutputs * kChunk; ++i)
-            finish_forward_element<M>(pd, in, out.out, fb, s, h0 + i / kChunk, d0 + i % kChunk);
+        if (!all_settled) finish_forward_block<M>(pd, in, out.out, fb, s, h0, kOutputs, d0);
       }
     } else {
       for (int ho = 0; ho < H; ++ho) {

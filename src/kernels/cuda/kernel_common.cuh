@@ -55,6 +55,23 @@ __device__ __forceinline__ float chunk_elem(const Chunk& c, int e) {
   return bf16_to_float(static_cast<bf16_bits>((e & 1) ? (word >> 16) : (word & 0xffffu)));
 }
 
+// Element e as scaled_value (numerics/exact_filter.hpp: v·2^-896, integer instructions only); the odd
+// element of a pair already sits in the high half of its word.
+__device__ __forceinline__ double chunk_scaled(const Chunk& c, int e) {
+  const uint32_t word = c.w[e >> 1];
+  return scaled_value((e & 1) ? word : word << 16);
+}
+
+// The largest magnitude among the bf16 values of chunks, for the exact filter's bound: pairs are folded into m
+// (two 16-bit lanes, signs cleared) with __vmaxu2, and max_pair_word gives the larger lane as bf16 bits in the
+// high half of a word (float bits of the value; scaled_value's input).
+__device__ __forceinline__ uint32_t max_magnitude_pairs(const Chunk& c, uint32_t m) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m = __vmaxu2(m, c.w[j] & 0x7fff7fffu);
+  return m;
+}
+__device__ __forceinline__ uint32_t max_pair_word(uint32_t m) { return max(m & 0xffff0000u, m << 16); }
+
 __device__ __forceinline__ void chunk_set(Chunk& c, int e, bf16_bits b) {
   uint32_t& word = c.w[e >> 1];
   word = (e & 1) ? ((word & 0xffffu) | (static_cast<uint32_t>(b) << 16)) : ((word & 0xffff0000u) | b);
