@@ -390,7 +390,7 @@ TEST(FpOps, DirectedAdditions) {
 TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
   std::mt19937_64 rng(37);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  int accepted = 0, plain_accepted = 0, plain_total = 0, settled_exactly = 0, declined_twice = 0;
+  int accepted = 0, plain_accepted = 0, plain_total = 0, settled_exactly = 0, declined_twice = 0, coarse_accepted = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int D = trial % 4 == 0 ? 257 : 2048;
     const bool tie = trial % 7 == 3;
@@ -403,18 +403,33 @@ TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
       std::fill(a.begin(), a.end(), 0.0f);
       a[0] = 1.0f, b[0] = 1.0f, a[1] = 0x1p-12f, b[1] = 0x1p-12f;
     }
-    ExactDotFilter lane[32];
+    ExactDotFilter lane[32], coarse[32];  // coarse: the bound from lane_bound, as the exact backward sets it
+    float max_a[32] = {}, sum_b[32] = {};
     std::vector<double> terms;
     for (int d = 0; d < D; ++d) {
-      lane[(d / 8) % 32].add(a[d], b[d]);
+      const int l = (d / 8) % 32;
+      lane[l].add(a[d], b[d]);
+      coarse[l].add_term(a[d], b[d]);
+      max_a[l] = std::max(max_a[l], std::fabs(a[d]));
+      sum_b[l] += std::fabs(b[d]);
       terms.push_back(double(a[d]) * double(b[d]));
     }
+    for (int l = 0; l < 32; ++l) coarse[l].bound = ExactDotFilter::lane_bound(max_a[l], sum_b[l]);
     for (int offset = 16; offset > 0; offset /= 2)
-      for (int l = 0; l < offset; ++l) lane[l].merge(lane[l + offset].s, lane[l + offset].bound);
+      for (int l = 0; l < offset; ++l) {
+        lane[l].merge(lane[l + offset].s, lane[l + offset].bound);
+        coarse[l].merge(coarse[l + offset].s, coarse[l + offset].bound);
+      }
     const int depth = 8 * ((D + 255) / 256) + 5;
     float got = 0.0f;
     const bool ok = lane[0].fp32(depth, got);
     const float want = exact_sum_multiprecision(terms, ExactBackend::boost).fp32();
+    EXPECT_GE(coarse[0].bound, lane[0].bound * (1.0f - 0x1p-10f)) << "max|a|·Σ|b| is never below Σ|a·b|";
+    float coarse_got = 0.0f;
+    if (coarse[0].fp32(depth, coarse_got)) {
+      coarse_accepted += !tie;
+      ASSERT_EQ(float_bits(coarse_got), float_bits(want)) << "trial " << trial << " (lane bound)";
+    }
     if (tie) EXPECT_FALSE(ok) << "a binary32 tie must be declined by the bound (trial " << trial << ")";
     else plain_total++, plain_accepted += ok;
     if (ok) {
@@ -438,6 +453,7 @@ TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
     ASSERT_EQ(float_bits(got), float_bits(want)) << "trial " << trial << " (exactness test)";
   }
   EXPECT_GE(plain_accepted, plain_total * 98 / 100) << "randn dot products should almost never be declined";
+  EXPECT_GE(coarse_accepted, plain_total * 97 / 100) << "nor with the coarser per-lane bound";
   EXPECT_GT(accepted, 300);
   EXPECT_GE(settled_exactly, 45) << "the 45 planted ties in randn rows at least";
   EXPECT_LE(declined_twice, 1);

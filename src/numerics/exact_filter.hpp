@@ -109,6 +109,14 @@ struct ExactDotFilter {
     s = fma_rn64(a_wide, b_wide, s);
     bound = fma_rn32(std::fabs(a), std::fabs(b), bound);
   }
+  // The chain alone, for a caller that sets `bound` itself before merging (lane_bound).
+  MHC_HD void add_term(double a_wide, double b_wide) { s = fma_rn64(a_wide, b_wide, s); }
+  // A lane's bound from its largest |a| and an RN32 chain of |b| over its n terms: T <= max|a|·Σ|b|, and
+  // RN32(max|a|·chain) is at least T·(1 - 2^-24)^(n+1) - (n+1)·2^-150; the merge tree adds its five roundings,
+  // so with n + 6 <= depth + 1 < 8001 the computed bound keeps T <= bound·(1 + 2^-10) + 2^-130, as fp32()
+  // and fp32_if_exact() assume of the chain of add(). Looser than that chain (by max|a| over the mean |a|,
+  // a few times on randn rows) but one addition per term instead of one fused multiply-add per product.
+  MHC_HD static float lane_bound(float max_a, float sum_b) { return mul_rn32(max_a, sum_b); }
   MHC_HD void merge(double other_s, float other_bound) {
     s = add_rn64(s, other_s);
     bound = add_rn32(bound, other_bound);

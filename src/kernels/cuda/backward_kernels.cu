@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -92,17 +93,24 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   const int64_t index = dot_index(s, q, H);
   float* dst = post_path ? out.grad_post : out.grad_comb;
 
+  // The exactness test needs a bound on Σ|a·b|; a lane's chain of |a|·|b| (ExactDotFilter::add's) is tighter
+  // than the per-lane bound the main loop may have used (lane_bound), so it is recomputed here with the
+  // minima, in the same pass over the rows.
   uint32_t min_a = ~0u, min_b = ~0u;  // the smallest non-zero magnitude minus one (zero wraps to the top)
+  float bound = 0.0f;
   for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
     for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
       min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
       min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
+      bound = fma_rn32(std::fabs(bf16_to_float(a[d])), std::fabs(bf16_to_float(b[d])), bound);
     }
 #pragma unroll
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) {
     min_a = min(min_a, __shfl_xor_sync(kFullMask, min_a, offset));
     min_b = min(min_b, __shfl_xor_sync(kFullMask, min_b, offset));
+    bound = add_rn32(bound, __shfl_down_sync(kFullMask, bound, offset));
   }
+  merged.bound = bound;  // valid in lane 0, like merged
   float v = 0.0f;
   const bool exact = merged.fp32_if_exact(bf16_lsb_exponent(min_a + 1u) + bf16_lsb_exponent(min_b + 1u), v);
   if (__shfl_sync(kFullMask, exact, 0)) {
@@ -172,8 +180,9 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 // One element of ∂x (w = post) or ∂residual[hi] (w = comb[hi]) and its H dot-product steps (b: x or
 // residual[hi] at d). g: the H gradient values as floats, gw widened. For exact, `settled` says whether the
 // bf16 filter proved the element (`error`: its bound, from stream_error_weight of the row and the largest
-// gradient magnitude in the lane's chunks); its binary64 twin is never stored by this kernel.
-template <Mode M, int H>
+// gradient magnitude in the lane's chunks); its binary64 twin is never stored by this kernel. kLaneBound:
+// the dot steps only add the products (the kernel bounds them per lane, ExactDotFilter::lane_bound).
+template <Mode M, int H, bool kLaneBound = false>
 __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const float* w, const float* g,
                                                   const RoundedT<M>* gw, float b, bool post_path, FastDotAcc<M>* acc,
                                                   double* twin, double error, bool& settled) {
@@ -183,7 +192,10 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const fl
     bf16_bits out;
     settled = stream_grad_exact_bf16(w, gw, H, error, out);
 #pragma unroll
-    for (int ho = 0; ho < H; ++ho) acc[ho].add(g[ho], b, gw[ho], bw);
+    for (int ho = 0; ho < H; ++ho) {
+      if constexpr (kLaneBound) acc[ho].add_term(gw[ho], bw);
+      else acc[ho].add(g[ho], b, gw[ho], bw);
+    }
     return out;
   } else {
     settled = true;
@@ -201,10 +213,19 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const fl
 template <Mode M>
 inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
 
+// kDotLaneBound (exact): the dot filters' bounds from each lane's largest gradient magnitude per row and a
+// binary32 sum of |x| / |residual| per row (ExactDotFilter::lane_bound) instead of a binary32 fused
+// multiply-add per product. It pays where a warp has several stream rows for the same gradient maxima
+// (H200: H = 4, one warp per token, 16384 x 4 x 4096: 0.786 -> 0.670 ms; H = 8, G = 9: 1.92 -> 1.75 ms) but
+// not with one row per warp at H = 4 (five warps per token, S = 128: 29.7 -> 34.1 us), which keeps the chain.
+template <Mode M, int H, int G>
+inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
+
 template <Mode M, int H, int G, class Pol>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBlocks<M>)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
+  constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   using Acc = FastDotAcc<M>;
   static_assert((H + 1) % G == 0, "every warp of a token takes the same number of stream rows");
   constexpr int R = (H + 1) / G;
@@ -257,6 +278,15 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
     if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
+    // kLaneBound: the lane's largest gradient magnitude per row (bf16 pairs) and Σ|stream value| per row.
+    uint32_t lane_pairs[H];
+    float value_sum[R];
+    if constexpr (kLaneBound) {
+#pragma unroll
+      for (int ho = 0; ho < H; ++ho) lane_pairs[ho] = 0;
+#pragma unroll
+      for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
+    }
 
     for (int64_t i = 0; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
@@ -272,7 +302,15 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
       if constexpr (M == Mode::exact) {
         uint32_t pairs = 0;
 #pragma unroll
-        for (int ho = 0; ho < H; ++ho) pairs = max_magnitude_pairs(gc[ho], pairs);
+        for (int ho = 0; ho < H; ++ho) {
+          if constexpr (kLaneBound) {
+            const uint32_t row_pairs = max_magnitude_pairs(gc[ho], 0);
+            lane_pairs[ho] = __vmaxu2(lane_pairs[ho], row_pairs);
+            pairs = __vmaxu2(pairs, row_pairs);
+          } else {
+            pairs = max_magnitude_pairs(gc[ho], pairs);
+          }
+        }
         max_value = float_from_bits(max_pair_word(pairs));
       }
       // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
@@ -293,8 +331,10 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
 #pragma unroll
           for (int ho = 0; ho < H; ++ho) gw[ho] = T(g[ho] = chunk_elem(gc[ho], e));
           bool settled;
-          chunk_set(oc, e, fast_element<M, H>(pd, w[r], g, gw, chunk_elem(bc, e), row == 0, acc[r],
-                                             dst64 ? dst64 + e : nullptr, error, settled));
+          const float b = chunk_elem(bc, e);
+          if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
+          chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, row == 0, acc[r],
+                                                         dst64 ? dst64 + e : nullptr, error, settled));
           all_settled = all_settled && settled;
         }
         store_chunk<true>(dst, kChunk, oc);
@@ -308,6 +348,8 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
       const int r = i / H, ho = i % H;
       const int q = dot_number(row0 + r, ho, H);
       if constexpr (M == Mode::exact) {
+        if constexpr (kLaneBound)
+          acc[r][ho].bound = ExactDotFilter::lane_bound(float_from_bits(max_pair_word(lane_pairs[ho])), value_sum[r]);
         settle_dot_exact(in, out, fb, s, q, acc[r][ho], dot_filter_depth(D));
       } else {
         const T v = finish_param_grad<T>(pd, warp_tree_sum(acc[r][ho]));
@@ -497,16 +539,16 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
+  const auto kernel = backward_fast_kernel<M, H, G, Pol>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
-  static const bool allowed = [] {
-    MHC_CUDA_CHECK(cudaFuncSetAttribute(backward_fast_kernel<M, H, G, Pol>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
+  static const bool allowed = [&] {
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     return true;
   }();
   (void)allowed;
   const int64_t token_blocks = (in.shape.S + kTokensPerBlock - 1) / kTokensPerBlock;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
-  backward_fast_kernel<M, H, G, Pol><<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
+  kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
 

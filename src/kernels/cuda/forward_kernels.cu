@@ -23,10 +23,12 @@ using namespace detail;
 constexpr int kForwardThreads = 128;
 // Blocks per multiprocessor the kernels are compiled for: a register cap. With the fully unrolled d loop
 // ptxas otherwise keeps far more values live than latency hiding needs (binary32 at H = 4: 96 registers
-// where 55 suffice). Binary64 at H = 4: 96 registers, five blocks (94 % of copy; three: 89 %); exact at
-// H = 4 computes its outputs in two blocks of two (kForwardOutputs) in 128 registers, four blocks (H200,
-// 16384 x 4 x 4096: 0.56 ms, against 0.58 for 2 x 2 outputs in 160 registers, 0.65 for all four in 168 with
-// spills, 0.68 for all four in 192). Binary64 and exact at H = 8 compute the outputs in blocks to fit in 168.
+// where 55 suffice). Binary64 at H = 4: four blocks of 128 registers (98 % of copy; five, with spills:
+// 0.48 ms). Exact at H = 4 computes its outputs in two blocks of two (kForwardOutputs) in 96 registers, five
+// blocks (H200, 16384 x 4 x 4096, with the shared weights below: 0.367 ms; six blocks, 80 registers and
+// spills: 0.395 ms; all four outputs at once in 128 registers, four blocks: 0.48 ms before the shared
+// weights, when two blocks of two took 0.43). Binary64 and exact at H = 8 compute the outputs in blocks to
+// fit in 168 (exact: four blocks of 128 registers were no faster).
 template <Mode M, int HC>
 inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8)
                                          : M == Mode::fp64 ? (HC == 8 ? 3 : 4)
@@ -39,7 +41,8 @@ inline constexpr int kForwardOutputs = HC < 4 || M == Mode::fp32 ? HC : M == Mod
 // shared memory (cp.async, kForwardStages slots) while computing the current one; their grid is one wave of
 // resident blocks (forward_grid). Measured on the H200 (docs/performance.md): fp64 at H = 4 80 -> 89 % of
 // copy (94 % with five blocks); the exact kernels and every kernel at H = 8 were slower with the ring (exact
-// 0.55 -> 0.83 ms) and load directly.
+// 0.55 -> 0.83 ms in session 4; with the shared weights below and the next token's weights loaded a step
+// ahead, 0.367 -> 0.407 ms at H = 4 and 0.475 -> 0.506 ms at H = 8) and load directly.
 template <Mode M, int HC>
 inline constexpr bool kForwardRing = HC > 0 && HC < 8 && M == Mode::fp64;
 constexpr int kForwardStages = 3;
@@ -125,11 +128,27 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
   const int64_t D = in.shape.D;
   const int64_t chunks = (D + kChunk - 1) / kChunk;
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= chunks) return;
-  const int64_t d0 = c * kChunk;
-  const int n = static_cast<int>(D - d0 < kChunk ? D - d0 : kChunk);
   // The ring (kForwardRing): this thread's slot of (stage, row) is ring[(stage * (1 + H) + row) * threads].
   constexpr bool kRing = kForwardRing<M, HC>;
+  // exact without the twin: the bf16 filter; its bound from the weights of each output and the largest
+  // value magnitude in this thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight) and
+  // the values by scaled_value (once per d): integer instructions, not conversions, and the same products.
+  constexpr bool kFilter = M == Mode::exact && !kTwin;
+  constexpr bool kScaled = HC > 0 && (kFilter || M == Mode::fp64);
+  // A block works on one token at a time (all its threads share blockIdx.y), so the exact filter's scaled
+  // weights and weight bounds are computed once per block and token into shared memory, one by each of the
+  // first kWeightThreads threads (per output ho, kWeightStride doubles: post, the comb column, the bound's
+  // weight half), instead of all of them by every thread (exact forward at 16384 x 4 x 4096: 0.43 ->
+  // 0.37 ms; H = 8: 0.58 -> 0.47 ms).
+  constexpr bool kSharedWeights = kFilter && HC > 0 && !kRing;
+  constexpr int kWeightStride = HC + 2;
+  constexpr int kWeightThreads = HC * kWeightStride;
+  __shared__ __align__(16) double shared_weights[kSharedWeights ? kWeightThreads : 1];
+  // Threads past the last chunk have no elements; they stay for the block's barriers when there are any.
+  const bool active = c < chunks;
+  if (!active && !kSharedWeights) return;
+  const int64_t d0 = c * kChunk;
+  const int n = static_cast<int>(D - d0 < kChunk ? D - d0 : kChunk);
   extern __shared__ uint4 ring_memory[];
   uint4* const ring = ring_memory + threadIdx.x;
   auto fetch = [&](int64_t s, int stage) {
@@ -158,7 +177,7 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
       xc = chunk_from(slot[0]);
 #pragma unroll
       for (int k = 0; k < HC; ++k) rc[k] = chunk_from(slot[(1 + k) * kForwardThreads]);
-    } else {
+    } else if (active) {
       xc = load_chunk<kAligned>(in.x + s * D + d0, n);
 #pragma unroll
       for (int k = 0; k < HA; ++k)
@@ -166,18 +185,30 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
     }
     const float* post = in.post + s * H;
     const float* comb = in.comb + s * H * H;
+    if constexpr (kSharedWeights) {
+      __syncthreads();  // every thread is done with the previous token's weights
+      if (threadIdx.x < kWeightThreads) {
+        const int ho = threadIdx.x / kWeightStride, j = threadIdx.x % kWeightStride;
+        double v;
+        if (j <= HC) {  // the exact sum takes the weights as stored
+          v = scaled_weight(__ldg(j == 0 ? post + ho : comb + (j - 1) * HC + ho));
+        } else {
+          float column[HC > 0 ? HC : 1];
+#pragma unroll
+          for (int k = 0; k < HC; ++k) column[k] = __ldg(comb + k * HC + ho);
+          v = forward_error_weight(__ldg(post + ho), column, HC, true);
+        }
+        shared_weights[threadIdx.x] = v;
+      }
+      __syncthreads();
+      if (!active) continue;
+    }
     if constexpr (HC > 0) {
       static_assert(kAligned, "the specialised kernels need aligned rows");
       // The outputs in blocks of kOutputs (kForwardOutputs): all of them, except exact at H = 4 and binary64 and
       // exact at H = 8, whose weights, chunks and sums for all outputs do not fit; x and r are then unpacked
       // once per block.
       constexpr int kOutputs = kForwardOutputs<M, HC>;
-      // exact without the twin: the bf16 filter; its bound from the weights of each output and the largest
-      // value magnitude in this thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight, once
-      // per token) and the values by scaled_value (once per d): integer instructions, not conversions, and the
-      // same products.
-      constexpr bool kFilter = M == Mode::exact && !kTwin;
-      constexpr bool kScaled = kFilter || M == Mode::fp64;
       double max_value = 0.0;
       if constexpr (kFilter) {
         uint32_t pairs = max_magnitude_pairs(xc, 0);
@@ -191,15 +222,23 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
         double ps[kOutputs], cs[kOutputs][HC], error[kOutputs];  // kScaled; error: kFilter
 #pragma unroll
         for (int i = 0; i < kOutputs; ++i) {
-          pw[i] = __ldg(post + h0 + i);
+          if constexpr (kSharedWeights) {
+            const double* sw = shared_weights + (h0 + i) * kWeightStride;
+            ps[i] = sw[0];
 #pragma unroll
-          for (int k = 0; k < HC; ++k) cw[i][k] = __ldg(comb + k * HC + h0 + i);
-          if constexpr (kScaled) {  // the exact sum takes the weights as stored, fp64 the policy's coefficients
-            ps[i] = scaled_weight(kFilter ? pw[i] : coefficient(pd, pw[i]));
+            for (int k = 0; k < HC; ++k) cs[i][k] = sw[1 + k];
+            if constexpr (kFilter) error[i] = exact_error(sw[1 + HC], max_value);
+          } else {
+            pw[i] = __ldg(post + h0 + i);
 #pragma unroll
-            for (int k = 0; k < HC; ++k) cs[i][k] = scaled_weight(kFilter ? cw[i][k] : coefficient(pd, cw[i][k]));
+            for (int k = 0; k < HC; ++k) cw[i][k] = __ldg(comb + k * HC + h0 + i);
+            if constexpr (kScaled) {  // the exact sum takes the weights as stored, fp64 the policy's coefficients
+              ps[i] = scaled_weight(kFilter ? pw[i] : coefficient(pd, pw[i]));
+#pragma unroll
+              for (int k = 0; k < HC; ++k) cs[i][k] = scaled_weight(kFilter ? cw[i][k] : coefficient(pd, cw[i][k]));
+            }
+            if constexpr (kFilter) error[i] = exact_error(forward_error_weight(pw[i], cw[i], HC, true), max_value);
           }
-          if constexpr (kFilter) error[i] = exact_error(forward_error_weight(pw[i], cw[i], HC, true), max_value);
         }
         Chunk oc[kOutputs];
         double twin[kOutputs][2];
