@@ -197,7 +197,9 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
 // bound on the gradient values' magnitudes (per element, stream_max_value, or per block of them).
 MHC_HD double stream_error_weight(const float* w, int H) { return exact_error_weight(max_magnitude(w, H), H, false); }
 MHC_HD double stream_max_value(const double* g, int H) { return max_abs(g, H, 0.0); }
-MHC_HD bool stream_grad_exact_bf16(const float* w, const double* g, int H, double error, bf16_bits& out) {
+// w: binary32 weights, or the same widened to binary64 by the caller.
+template <class W>
+MHC_HD bool stream_grad_exact_bf16(const W* w, const double* g, int H, double error, bf16_bits& out) {
   ExactBf16Filter f;
   f.first(double(w[0]), g[0]);
   for (int ho = 1; ho < H; ++ho) f.add(double(w[ho]), g[ho]);

@@ -239,10 +239,12 @@ TEST(CudaOperator, ExactWithoutBinary64TwinsMatchesCpu) {
 
 // The exact forward computes each token's weights once per block into shared memory, behind barriers: blocks
 // whose last threads have no chunk (D = 24 and 264: 3 and 33 chunks for 128 threads) and blocks that loop
-// over tokens (S above the grid's 65535 rows) must still see every token's own weights.
+// over tokens (S above the grid's 65535 rows) must still see every token's own weights. The exact backward
+// at H = 4 keeps its weights in shared memory from a full wave of tokens on (1584 on an H200): S = 1700.
 TEST(CudaOperator, ExactFilterKernelsHandlePartialBlocksAndLongGrids) {
   SKIP_WITHOUT_GPU();
-  for (const Shape& sh : {Shape{70000, 2, 24}, Shape{31, 4, 264}, Shape{17, 8, 1032}, Shape{66000, 1, 8}}) {
+  for (const Shape& sh :
+       {Shape{70000, 2, 24}, Shape{31, 4, 264}, Shape{17, 8, 1032}, Shape{66000, 1, 8}, Shape{1700, 4, 1032}}) {
     Inputs in = random_inputs(sh, 900 + sh.H);
     plant_midpoints(in);
     expect_exact_without_twins_identical(in, fmt::format("S={} H={} D={}", sh.S, sh.H, sh.D));

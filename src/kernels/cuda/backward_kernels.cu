@@ -182,8 +182,8 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 // bf16 filter proved the element (`error`: its bound, from stream_error_weight of the row and the largest
 // gradient magnitude in the lane's chunks); its binary64 twin is never stored by this kernel. kLaneBound:
 // the dot steps only add the products (the kernel bounds them per lane, ExactDotFilter::lane_bound).
-template <Mode M, int H, bool kLaneBound = false>
-__device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const float* w, const float* g,
+template <Mode M, int H, bool kLaneBound = false, class W>
+__device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const W* w, const float* g,
                                                   const RoundedT<M>* gw, float b, bool post_path, FastDotAcc<M>* acc,
                                                   double* twin, double error, bool& settled) {
   using T = RoundedT<M>;
@@ -212,6 +212,15 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const fl
 // at H = 8 96 registers and 284 bytes of spills (168 registers and 8 bytes this way). 0: unspecified.
 template <Mode M>
 inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
+// kCompact (exact, many tokens): the weights and filter bounds read from shared memory (binary64, per warp)
+// instead of held in registers, so that ptxas fits the kernel in 168 registers (8 bytes of spills) and three
+// blocks share a multiprocessor instead of two. H200, H = 4, one warp per token: 16384 x 4 x 4096 0.659 ->
+// 0.619 ms, but 1024 x 4 x 7168 0.136 -> 0.144 ms (a third of a wave of blocks), so it runs from a full wave
+// of tokens (kCompactWaveTokens per multiprocessor) on; with the weights in shared memory and 255 registers,
+// 0.640 ms.
+inline constexpr int kCompactBlocks = 3;
+template <Mode M, bool kCompact>
+inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinBlocks<M>;
 
 // kDotLaneBound (exact): the dot filters' bounds from each lane's largest gradient magnitude per row and a
 // binary32 sum of |x| / |residual| per row (ExactDotFilter::lane_bound) instead of a binary32 fused
@@ -221,8 +230,8 @@ inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-template <Mode M, int H, int G, class Pol>
-__global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBlocks<M>)
+template <Mode M, int H, int G, class Pol, bool kCompact = false>
+__global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
@@ -278,6 +287,21 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
     if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
+    // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0.
+    constexpr bool kSharedRowWeights = M == Mode::exact && kCompact;
+    __shared__ double row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
+    if constexpr (kSharedRowWeights) {
+      __syncwarp();  // the previous token's are read
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = double(w[r][ho]);
+          row_weights[warp][R * H + r] = error_weight[r];
+        }
+      }
+      __syncwarp();
+    }
     // kLaneBound: the lane's largest gradient magnitude per row (bf16 pairs) and Σ|stream value| per row.
     uint32_t lane_pairs[H];
     float value_sum[R];
@@ -323,7 +347,9 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
         double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
         if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
         Chunk oc;
-        const double error = M == Mode::exact ? exact_error(error_weight[r], max_value) : 0.0;
+        const double error =
+            M != Mode::exact ? 0.0
+                             : exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
           float g[H];
@@ -333,8 +359,12 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
           bool settled;
           const float b = chunk_elem(bc, e);
           if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
-          chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, row == 0, acc[r],
-                                                         dst64 ? dst64 + e : nullptr, error, settled));
+          if constexpr (kSharedRowWeights)
+            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, &row_weights[warp][r * H], g, gw, b, row == 0, acc[r],
+                                                           dst64 ? dst64 + e : nullptr, error, settled));
+          else
+            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, row == 0, acc[r],
+                                                           dst64 ? dst64 + e : nullptr, error, settled));
           all_settled = all_settled && settled;
         }
         store_chunk<true>(dst, kChunk, oc);
@@ -534,12 +564,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol>
+template <Mode M, int H, int G, class Pol, bool kCompact = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -562,6 +592,11 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
+  if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
+    constexpr int kCompactWaveTokens = kCompactBlocks * kBackwardWarps;
+    if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count())
+      return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
+  }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
 
