@@ -296,7 +296,8 @@ TEST(ExactFilter, AcceptedAnswersEqualTheExactSumRounded) {
   }
   // A randn-like sum is declined only within ~2^-45 of its magnitude from a bf16 boundary (or after deep
   // cancellation): none of these 10^5 should be.
-  EXPECT_LE(plain_total - plain_accepted, plain_total / 100000) << "the filter should settle almost every randn-like sum";
+  EXPECT_LE(plain_total - plain_accepted, plain_total / 100000)
+      << "the filter should settle almost every randn-like sum";
   EXPECT_GT(accepted, 100000);
 }
 

@@ -347,9 +347,9 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
         if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
         Chunk oc;
-        const double error =
-            M != Mode::exact ? 0.0
-                             : exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
+        double error = 0.0;
+        if constexpr (M == Mode::exact)
+          error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
 #pragma unroll
         for (int e = 0; e < kChunk; ++e) {
           float g[H];

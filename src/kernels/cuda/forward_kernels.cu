@@ -271,8 +271,8 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 #pragma unroll
             for (int i = 0; i < kOutputs; ++i) {
               const int64_t index = (s * HC + h0 + i) * D + d0 + e;
-              chunk_set(oc[i], e,
-                        forward_element<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1], fb, index, true));
+              chunk_set(oc[i], e, forward_element<M, kTwin>(pd, pw[i], cw[i], xv, r, V(xv), rw, HC, twin[i][e & 1], fb,
+                                                            index, true));
             }
           }
           if constexpr (kTwin)
