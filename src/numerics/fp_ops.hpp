@@ -72,15 +72,21 @@ MHC_HD double sub_rn64(double a, double b) {
 // the directed-rounding instructions; on the host (tests) from RN64 and the exact error of the addition
 // (TwoSum, Knuth), one step down / up when it lost something, and IEEE's signs of exact zeros (x + (-x) is -0
 // rounded down, +0 rounded up; two zeros keep their sign only when they agree, else as x + (-x)).
+#if !defined(__CUDA_ARCH__)
+// The rounding error of t = RN64(a + b): a + b = t + error exactly (TwoSum, Knuth).
+inline double two_sum_error(double a, double b, double t) {
+  const double bv = t - a;
+  return (a - (t - bv)) + (b - bv);
+}
+#endif
+
 MHC_HD double add_rd64(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dadd_rd(a, b);
 #else
   const double t = a + b;
   if (t == 0.0) return std::signbit(a) || std::signbit(b) || (a != 0.0) ? -0.0 : 0.0;
-  const double bv = t - a;
-  const double error = (a - (t - bv)) + (b - bv);  // a + b = t + error exactly
-  return error < 0.0 ? std::nextafter(t, -HUGE_VAL) : t;
+  return two_sum_error(a, b, t) < 0.0 ? std::nextafter(t, -HUGE_VAL) : t;
 #endif
 }
 
@@ -90,9 +96,7 @@ MHC_HD double add_ru64(double a, double b) {
 #else
   const double t = a + b;
   if (t == 0.0) return std::signbit(a) && std::signbit(b) && a == 0.0 ? -0.0 : 0.0;
-  const double bv = t - a;
-  const double error = (a - (t - bv)) + (b - bv);
-  return error > 0.0 ? std::nextafter(t, HUGE_VAL) : t;
+  return two_sum_error(a, b, t) > 0.0 ? std::nextafter(t, HUGE_VAL) : t;
 #endif
 }
 
