@@ -9,6 +9,7 @@
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
+#include "kernels/operator_math.hpp"
 #include "numerics/bf16.hpp"
 #include "numerics/exact_fallback.hpp"
 #include "numerics/exact_filter.hpp"
@@ -381,6 +382,52 @@ TEST(FpOps, DirectedAdditions) {
   EXPECT_TRUE(std::signbit(add_ru64(-0.0, -0.0)));
   EXPECT_FALSE(std::signbit(add_ru64(-0.0, 0.0)));
   EXPECT_EQ(add_rd64(0x1p-1074, -0x1p-1073), -0x1p-1074);  // subnormal: exact
+}
+
+// Infinities and NaN among the terms (allowed inputs, docs/format.md): the bf16 filters, fed as the generic
+// GPU kernels and the per-element finishing passes feed them, must decline or give the certified path's bits
+// (NaN for NaN). Hand-derived first: at H = 1 the error factor is 0 (a single product is exact), so an
+// infinite gradient once made e = 0·∞ = NaN, both ends of the interval NaN, and the filter "proved" NaN for
+// 0.5·∞ = ∞.
+TEST(ExactFilter, NonFiniteTermsAreDeclinedOrExact) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  bf16_bits b = 0;
+  const float half = 0.5f;
+  if (stream_grad_exact_bf16(&half, &inf, 1, b)) {
+    EXPECT_EQ(b, round_to_bf16_rne(inf)) << "0.5·∞ is +∞";
+  }
+  EXPECT_EQ(exact_error(0.0, HUGE_VAL), HUGE_VAL) << "0·∞ must not make the bound NaN";
+  EXPECT_EQ(exact_error(1.0, std::nan("")), HUGE_VAL);
+
+  const float specials[] = {inf, -inf, nan, 0.0f, -0.0f, 1.0f, -2.5f, 0x1p100f, -0x1p-130f};
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 3 * int(std::size(specials)) - 1);
+  auto value = [&](bool bf16) {
+    const int i = pick(rng);
+    const float v = i < int(std::size(specials)) ? specials[i] : normal(rng);
+    return bf16 ? bf16_to_float(round_to_bf16_rne(v)) : v;
+  };
+  auto same = [](bf16_bits got, bf16_bits want) {
+    const bool got_nan = (got & 0x7fffu) > 0x7f80u, want_nan = (want & 0x7fffu) > 0x7f80u;
+    return got_nan || want_nan ? got_nan && want_nan : got == want;
+  };
+  int accepted = 0;
+  for (int trial = 0; trial < 40000; ++trial) {
+    const int H = 1 << (trial % 4);
+    float w[8], g[8], c[8], r[8];
+    for (int k = 0; k < H; ++k) w[k] = value(false), g[k] = value(true), c[k] = value(false), r[k] = value(true);
+    const float p = value(false), x = value(true);
+    if (stream_grad_exact_bf16(w, g, H, b)) {
+      ++accepted;
+      ASSERT_TRUE(same(b, stream_grad_exact(w, g, H).result().bf16())) << "backward sum, trial " << trial;
+    }
+    if (forward_exact_bf16(p, x, c, r, H, b)) {
+      ++accepted;
+      ASSERT_TRUE(same(b, forward_exact(p, x, c, r, H).result().bf16())) << "forward sum, trial " << trial;
+    }
+  }
+  EXPECT_GT(accepted, 10000) << "finite and NaN sums are still settled by the filter";
 }
 
 // The dot-product filter, driven like the GPU drives it: 32 lane chains of D/32 terms merged by the halving

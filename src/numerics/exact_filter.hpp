@@ -16,14 +16,18 @@
 // RNb(S) == RNb(hi): two conversions (one instruction each on sm_90) and one comparison. It holds across the
 // whole range, subnormal results and overflow to infinity included. An exact zero S (or any S whose interval
 // reaches zero from both sides) is always declined: lo <= -0 and hi >= +0 round to zeros of different signs,
-// so the certified path applies the signed-zero rules. Otherwise it declines only when a bf16 rounding
+// so the certified path applies the signed-zero rules. A NaN s is accepted as NaN (a NaN sum means a NaN
+// term or infinities of both signs, whose exact sum is NaN too); an infinite e (exact_error) declines every
+// other s. Otherwise it declines only when a bf16 rounding
 // boundary lies within e of s (e is about 2^-45·T) or after deep cancellation. Measured on 10^7 randn-like
 // sums each (bf16 N(0,1) values, weights U[0,1), post U[0,2)): 1 declined for the forward at H = 4 (5 terms),
 // none at H = 8 (9 terms) nor for ∂x/∂residual (4 and 8 terms).
 //
 // The forward widens its values without a conversion instruction: a bf16 bit pattern placed in a binary64
 // (scaled_value below) is exactly v·2^-896, subnormals and zeros included, and its weights are scaled by
-// 2^896 (exact for every finite binary32), so the products and s are unscaled.
+// 2^896 (exact for every finite binary32), so the products and s are unscaled. Finite values only: an
+// infinity or NaN would become a finite number, so inputs with one do not take that route (the CUDA
+// backend checks each slab and runs its generic kernels, which convert).
 
 #include <cmath>
 #include <cstdint>
@@ -67,7 +71,13 @@ MHC_HD double exact_error_weight(float max_a, int n, bool scaled_values) {
 }
 
 // e from its halves: exact_error_weight of the weights and B, the largest value magnitude, in the values' scale.
-MHC_HD double exact_error(double error_weight, double max_value) { return mul_rn64(error_weight, max_value); }
+// A NaN product (0·∞ from zero weights and an infinite value, or a NaN among the values) becomes +∞, so that
+// bf16() declines every sum that is not itself NaN: with e = NaN both ends of the interval would be NaN and
+// compare equal.
+MHC_HD double exact_error(double error_weight, double max_value) {
+  const double e = mul_rn64(error_weight, max_value);
+  return std::isnan(e) ? HUGE_VAL : e;
+}
 
 // Accumulates the terms one at a time (so callers keep their own loops and unrolling), from the factors
 // widened to binary64 by the caller (exact: plain or both scaled, see above), then tests the interval.

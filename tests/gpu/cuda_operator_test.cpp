@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
@@ -262,6 +263,30 @@ TEST(CudaOperator, LongTokenLoopsMatchCpu) {
     plant_midpoints(in);
     for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, fmt::format("long loops H={}", H));
     expect_exact_without_twins_identical(in, fmt::format("long loops, H={}", H));
+  }
+}
+
+// Infinities and NaN in every input (allowed: docs/format.md). The specialised binary64 and exact forwards
+// widen by placing bits, which holds for finite values only, so such slabs run the generic kernels; the exact
+// filters must decline (or give NaN for NaN) around them, including at H = 1 where the error factor is 0 and
+// one step's infinite gradient once turned the bound into NaN for its finite neighbours.
+TEST(CudaOperator, NonFiniteInputsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int H : {1, 2, 4, 8}) {
+    Inputs in = random_inputs(Shape{23, H, 1024}, 700 + H);
+    const int64_t D = in.shape.D;
+    in.x[1 * D + 5] = round_to_bf16_rne(inf);
+    in.x[2 * D + 9] = round_to_bf16_rne(nan);
+    in.residual[(3 * H + H - 1) * D + 17] = round_to_bf16_rne(-inf);
+    in.grad_out[(4 * H + 0) * D + 33] = round_to_bf16_rne(inf);
+    in.grad_out[(5 * H + H - 1) * D + 40] = round_to_bf16_rne(nan);
+    in.post[6 * H] = inf;
+    in.comb[(7 * H + 0) * H + H - 1] = nan;
+    in.post[8 * H] = 0.0f;  // 0·∞ below
+    in.x[8 * D + 3] = round_to_bf16_rne(-inf);
+    for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, fmt::format("non-finite H={}", H));
+    expect_exact_without_twins_identical(in, fmt::format("non-finite, H={}", H));
   }
 }
 

@@ -386,10 +386,10 @@ bool forward_is_specialised(const PolicyDesc& pd, const InputsView& in, const Fo
 }  // namespace
 
 void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool finite_inputs) {
   if (in.shape.S == 0) return;
   const bool aligned = rows_aligned(in, out.out, out.out_f64);
-  if (forward_is_specialised(pd, in, out)) {
+  if (finite_inputs && forward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
       launch_forward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream);
       return;

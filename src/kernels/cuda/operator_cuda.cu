@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -91,6 +92,20 @@ struct DeviceSlab {
   }
 };
 
+// Whether every value the forward reads is finite (launch_forward's finite_inputs): bf16 with an exponent
+// field below all ones, binary32 by std::isfinite.
+bool forward_inputs_finite(const InputsView& in) {
+  const Shape& sh = in.shape;
+  auto finite_bf16 = [](const bf16_bits* p, int64_t n) {
+    return std::all_of(p, p + n, [](bf16_bits v) { return (v & 0x7f80u) != 0x7f80u; });
+  };
+  auto finite_fp32 = [](const float* p, int64_t n) {
+    return std::all_of(p, p + n, [](float v) { return std::isfinite(v); });
+  };
+  return finite_bf16(in.x, sh.S * sh.D) && finite_bf16(in.residual, sh.S * sh.H * sh.D) &&
+         finite_fp32(in.post, sh.S * sh.H) && finite_fp32(in.comb, sh.S * sh.H * sh.H);
+}
+
 InputsView host_slab(const InputsView& in, int64_t s0, int64_t count) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
@@ -170,16 +185,16 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
   std::vector<double> terms;
   for (int64_t s0 = 0; s0 < sh.S; s0 += slab) {
     const int64_t count = std::min(slab, sh.S - s0);
+    const InputsView hin = host_slab(in, s0, count);
     const InputsView din = dev.upload(in, s0, count);
     const ForwardOutputs dout{d_out.get(), optional_device(d_out64, out.out_f64)};
-    launch_forward(pd, din, dout, dev.fallback(), nullptr);
+    launch_forward(pd, din, dout, dev.fallback(), nullptr, forward_inputs_finite(hin));
     MHC_CUDA_CHECK(cudaDeviceSynchronize());
     const ForwardOutputs hout = host_slab(out, sh, s0);
     const size_t n = size_t(count) * sh.H * sh.D;
     to_host(hout.out, d_out.get(), n);
     to_host(hout.out_f64, d_out64.get(), n);
     if (pd.accumulator != Accumulator::exact) continue;
-    const InputsView hin = host_slab(in, s0, count);
     stats.fallback_elements += finish_listed_elements(dev, hin, hout, {}, backend, terms,
                                                       [&] { forward_cpu(pd, hin, hout, CpuOptions{0, backend}); });
   }

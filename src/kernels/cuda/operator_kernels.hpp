@@ -27,8 +27,11 @@ inline constexpr int kFallbackKindShift = 58;
 inline constexpr unsigned long long kFallbackIndexMask = (1ull << kFallbackKindShift) - 1;
 
 // in.* and out.* are device pointers; out.*_f64 may be null (not stored). A backward needs in.grad_out.
+// finite_inputs: every x, residual, post and comb value is finite. The specialised binary64 and exact
+// forwards widen by placing bits (numerics/exact_filter.hpp, scaled_value), which is exact for finite values
+// only; with finite_inputs false the forward runs the generic kernels, which convert.
 void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fallback,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bool finite_inputs = true);
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                      const FallbackList& fallback, cudaStream_t stream);
 
