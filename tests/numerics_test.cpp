@@ -491,7 +491,7 @@ TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
       min_a = std::min(min_a, (round_to_bf16_rne(a[d]) & 0x7fffu) - 1u);
       min_b = std::min(min_b, (round_to_bf16_rne(b[d]) & 0x7fffu) - 1u);
     }
-    if (!lane[0].fp32_if_exact(bf16_lsb_exponent(min_a + 1) + bf16_lsb_exponent(min_b + 1), got)) {
+    if (!lane[0].fp32_if_exact(bf16_lsb_exponent(min_a + 1) + bf16_lsb_exponent(min_b + 1), depth, got)) {
       // The row minima bound the lowest bit: rows spread over 2^±20 (trial % 5 == 1) are too wide for it.
       EXPECT_FALSE(tie && trial % 5 != 1) << "the planted tie is an exact sum: the second test settles it";
       declined_twice += !tie;
@@ -542,14 +542,14 @@ TEST(ExactFilter, DotProductHandDerivedCases) {
 // smallest magnitude, with 7 mantissa bits below its exponent), far below 2^53 units: settled. With a term of
 // 2^-120 the sum needs more than 53 bits: not settled.
 TEST(ExactFilter, DotProductExactnessTest) {
-  auto settle = [](std::initializer_list<float> values, float& out) {
+  auto settle = [](std::initializer_list<float> values, float& out, int depth = 21) {
     ExactDotFilter f;
     uint32_t smallest = ~0u;
     for (float v : values) {
       f.add(v, 1.0f);
       smallest = std::min(smallest, (round_to_bf16_rne(v) & 0x7fffu) - 1u);
     }
-    return f.fp32_if_exact(bf16_lsb_exponent(smallest + 1) + bf16_lsb_exponent(0x3f80), out);  // the other row: 1
+    return f.fp32_if_exact(bf16_lsb_exponent(smallest + 1) + bf16_lsb_exponent(0x3f80), depth, out);  // other row: 1
   };
   float out = 0.0f;
   EXPECT_EQ(bf16_lsb_exponent(0x3f80), -7);
@@ -562,6 +562,7 @@ TEST(ExactFilter, DotProductExactnessTest) {
   EXPECT_EQ(out, -1.0f);
   EXPECT_FALSE(settle({1.0f, 0x1p-24f, 0x1p-120f}, out));
   EXPECT_FALSE(settle({1.0f, -1.0f}, out)) << "zero sums go to the certified path";
+  EXPECT_FALSE(settle({1.0f, 0x1p-24f}, out, 8000)) << "chains deeper than the bound's proof are declined";
 }
 
 }  // namespace

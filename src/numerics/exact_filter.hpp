@@ -13,15 +13,14 @@
 // A or B. Callers compute c_n·A once per token (the weights) and B once per block of values (a GPU thread's
 // 16-byte chunks: a looser bound, still rarely declining), and one multiplication joins them.
 // Then lo = RD(s - e) <= S <= hi = RU(s + e), and as RNb is monotonic, RNb(lo) == RNb(hi) proves
-// RNb(S) == RNb(hi): two conversions (one instruction each on sm_90) and one comparison. It holds across the
-// whole range, subnormal results and overflow to infinity included. An exact zero S (or any S whose interval
-// reaches zero from both sides) is always declined: lo <= -0 and hi >= +0 round to zeros of different signs,
-// so the certified path applies the signed-zero rules. A NaN s is accepted as NaN (a NaN sum means a NaN
-// term or infinities of both signs, whose exact sum is NaN too); an infinite e (exact_error) declines every
-// other s. Otherwise it declines only when a bf16 rounding
-// boundary lies within e of s (e is about 2^-45·T) or after deep cancellation. Measured on 10^7 randn-like
-// sums each (bf16 N(0,1) values, weights U[0,1), post U[0,2)): 1 declined for the forward at H = 4 (5 terms),
-// none at H = 8 (9 terms) nor for ∂x/∂residual (4 and 8 terms).
+// RNb(S) == RNb(hi): two conversions (one instruction each on sm_90) and one comparison. For finite terms it holds
+// across the whole range, subnormal results and overflow to infinity included. An exact zero S (or any S whose interval
+// reaches zero from both sides) is always declined: lo <= -0 and hi >= +0 round to zeros of different signs, so the
+// certified path applies the signed-zero rules. A NaN s is accepted as NaN (a NaN sum means a NaN term or infinities of
+// both signs, whose exact sum is NaN too); an infinite e (exact_error) declines every other s. Otherwise it declines
+// only when a bf16 rounding boundary lies within e of s (e is about 2^-45·T) or after deep cancellation. Measured on
+// 10^7 randn-like sums each (bf16 N(0,1) values, weights U[0,1), post U[0,2)): 1 declined for the forward at H = 4 (5
+// terms), none at H = 8 (9 terms) nor for ∂x/∂residual (4 and 8 terms).
 //
 // The forward widens its values without a conversion instruction: a bf16 bit pattern placed in a binary64
 // (scaled_value below) is exactly v·2^-896, subnormals and zeros included, and its weights are scaled by
@@ -96,8 +95,9 @@ struct ExactBf16Filter {
 
 // The same idea for the long dot products of the backward (∂post, ∂comb: Σ_d g·x or g·r, bf16 times bf16,
 // so every product is exact in binary32 and in binary64), whose stored result is RN32 of the exact sum.
-// Terms are added by a binary64 FMA chain per partial and partials are merged by binary64 additions, the
-// bound by the same operations in binary32. If no term passes through more than `depth` roundings,
+// Terms are added by a binary64 FMA chain per partial and partials are merged by binary64 additions, the bound by the
+// same operations in binary32 (or per lane, lane_bound, before the merges). If no term passes through more than
+// `depth` roundings,
 //   |S - s| <= B = depth·u·T·(1 + depth·u),   T <= A·(1 + 2^-10) + 2^-130  (depth < 8000, < 2^20 terms),
 // and B is bounded from above in binary64 by B' = RN(RN(depth·A)·(1 + 2^-9))·2^-53 + 2^-170 (depth·A is exact;
 // the factor covers (1 + 2^-10)(1 + depth·u) and the two roundings). With a = |s|, t = a truncated to
@@ -147,11 +147,12 @@ struct ExactDotFilter {
   // exponent of the lowest set bit of every non-zero product (bf16_lsb_exponent of the smallest non-zero
   // magnitude of each factor's row, added). Every partial sum the chains and the tree form is then a multiple
   // of 2^lsb no larger than T, so when T <= 2^(lsb + 53) none of them rounds and s is the exact sum: RN32(s)
-  // is the answer, ties included. Zero sums are left to the certified path (signed-zero rules).
-  MHC_HD bool fp32_if_exact(int lsb, float& out) const {
+  // is the answer, ties included. Zero sums are left to the certified path (signed-zero rules). t >= T rests
+  // on the bound's inequality above, proved for depth < 8000: deeper chains are declined, as by fp32().
+  MHC_HD bool fp32_if_exact(int lsb, int depth, float& out) const {
     out = round_to_fp32_rne(s);
     const double t = add_rn64(mul_rn64(double(bound), 1.0 + 0x1p-9), 0x1p-129);  // >= T
-    return s != 0.0 && lsb >= -300 && t <= std::ldexp(1.0, lsb + 53);
+    return s != 0.0 && depth < 8000 && lsb >= -300 && t <= std::ldexp(1.0, lsb + 53);
   }
 };
 

@@ -46,13 +46,6 @@ MHC_HD int ceil_log2(int64_t n) {
   return k;
 }
 
-// Knuth's TwoSum: s + e == a + b exactly, s = RN64(a + b).
-MHC_HD void two_sum(double a, double b, double& s, double& e) {
-  s = add_rn64(a, b);
-  double bb = sub_rn64(s, a);
-  e = add_rn64(sub_rn64(a, sub_rn64(s, bb)), sub_rn64(b, bb));
-}
-
 // The exact value rounded once to each storage format, plus whether the fast path could certify it.
 struct ExactRounded {
   double rn64 = 0.0;  // RN64(exact)

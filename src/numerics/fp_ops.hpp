@@ -68,25 +68,26 @@ MHC_HD double sub_rn64(double a, double b) {
 #endif
 }
 
+// Knuth's TwoSum: s + e == a + b exactly, s = RN64(a + b).
+MHC_HD void two_sum(double a, double b, double& s, double& e) {
+  s = add_rn64(a, b);
+  double bb = sub_rn64(s, a);
+  e = add_rn64(sub_rn64(a, sub_rn64(s, bb)), sub_rn64(b, bb));
+}
+
 // RD64(a + b) and RU64(a + b), rounded down / up: the ends of an interval that encloses a + b. On the GPU
 // the directed-rounding instructions; on the host (tests) from RN64 and the exact error of the addition
 // (TwoSum, Knuth), one step down / up when it lost something, and IEEE's signs of exact zeros (x + (-x) is -0
 // rounded down, +0 rounded up; two zeros keep their sign only when they agree, else as x + (-x)).
-#if !defined(__CUDA_ARCH__)
-// The rounding error of t = RN64(a + b): a + b = t + error exactly (TwoSum, Knuth).
-inline double two_sum_error(double a, double b, double t) {
-  const double bv = t - a;
-  return (a - (t - bv)) + (b - bv);
-}
-#endif
 
 MHC_HD double add_rd64(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dadd_rd(a, b);
 #else
-  const double t = a + b;
+  double t, error;
+  two_sum(a, b, t, error);
   if (t == 0.0) return std::signbit(a) || std::signbit(b) || (a != 0.0) ? -0.0 : 0.0;
-  return two_sum_error(a, b, t) < 0.0 ? std::nextafter(t, -HUGE_VAL) : t;
+  return error < 0.0 ? std::nextafter(t, -HUGE_VAL) : t;
 #endif
 }
 
@@ -94,9 +95,10 @@ MHC_HD double add_ru64(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dadd_ru(a, b);
 #else
-  const double t = a + b;
+  double t, error;
+  two_sum(a, b, t, error);
   if (t == 0.0) return std::signbit(a) && std::signbit(b) && a == 0.0 ? -0.0 : 0.0;
-  return two_sum_error(a, b, t) > 0.0 ? std::nextafter(t, HUGE_VAL) : t;
+  return error > 0.0 ? std::nextafter(t, HUGE_VAL) : t;
 #endif
 }
 

@@ -112,7 +112,8 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   }
   merged.bound = bound;  // valid in lane 0, like merged
   float v = 0.0f;
-  const bool exact = merged.fp32_if_exact(bf16_lsb_exponent(min_a + 1u) + bf16_lsb_exponent(min_b + 1u), v);
+  const int lsb = bf16_lsb_exponent(min_a + 1u) + bf16_lsb_exponent(min_b + 1u);
+  const bool exact = merged.fp32_if_exact(lsb, dot_filter_depth(D), v);
   if (__shfl_sync(kFullMask, exact, 0)) {
     if (lane == 0) dst[index] = v;
     return;
@@ -180,7 +181,7 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 // One element of ∂x (w = post) or ∂residual[hi] (w = comb[hi]) and its H dot-product steps (b: x or
 // residual[hi] at d). g: the H gradient values as floats, gw widened. For exact, `settled` says whether the
 // bf16 filter proved the element (`error`: its bound, from stream_error_weight of the row and the largest
-// gradient magnitude in the lane's chunks); its binary64 twin is never stored by this kernel. kLaneBound:
+// gradient magnitude in the step's H gradient chunks); its binary64 twin is never stored by this kernel. kLaneBound:
 // the dot steps only add the products (the kernel bounds them per lane, ExactDotFilter::lane_bound).
 template <Mode M, int H, bool kLaneBound = false, class W>
 __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const W* w, const float* g,
@@ -224,9 +225,9 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 
 // kDotLaneBound (exact): the dot filters' bounds from each lane's largest gradient magnitude per row and a
 // binary32 sum of |x| / |residual| per row (ExactDotFilter::lane_bound) instead of a binary32 fused
-// multiply-add per product. It pays where a warp has several stream rows for the same gradient maxima
-// (H200: H = 4, one warp per token, 16384 x 4 x 4096: 0.786 -> 0.670 ms; H = 8, G = 9: 1.92 -> 1.75 ms) but
-// not with one row per warp at H = 4 (five warps per token, S = 128: 29.7 -> 34.1 us), which keeps the chain.
+// multiply-add per product (H200: H = 4, one warp per token, 16384 x 4 x 4096: 0.786 -> 0.670 ms; H = 8,
+// G = 9: 1.92 -> 1.75 ms). The few-token kernel at H = 4 (five warps per token, one row each) measured slower
+// with it (S = 128: 29.7 -> 34.1 us; the cause was not established) and keeps the chain.
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
@@ -369,8 +370,9 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         }
         store_chunk<true>(dst, kChunk, oc);
       }
-      // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation; about one step in 10^4): the step's
-      // elements are recomputed by the certified path out of line, over what was just stored.
+      // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
+      // in 10^4 on randn data): the step's elements are recomputed out of line over what was just stored, by
+      // the filter with per-element bounds and, where it declines, the certified path.
       if (!all_settled) finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
     }
 #pragma unroll

@@ -37,12 +37,12 @@ inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8)
 template <Mode M, int HC>
 inline constexpr int kForwardOutputs = HC < 4 || M == Mode::fp32 ? HC : M == Mode::fp64 ? (HC == 8 ? 4 : HC) : 2;
 
-// The binary64 kernels at H <= 4 loop over tokens and copy the next tokens' chunks into a per-thread ring in
-// shared memory (cp.async, kForwardStages slots) while computing the current one; their grid is one wave of
-// resident blocks (forward_grid). Measured on the H200 (docs/performance.md): fp64 at H = 4 80 -> 89 % of
-// copy (94 % with five blocks); the exact kernels and every kernel at H = 8 were slower with the ring (exact
-// 0.55 -> 0.83 ms in session 4; with the shared weights below and the next token's weights loaded a step
-// ahead, 0.367 -> 0.407 ms at H = 4 and 0.475 -> 0.506 ms at H = 8) and load directly.
+// The binary64 kernels at H <= 4 loop over tokens and copy the next tokens' chunks into a per-thread ring in shared
+// memory (cp.async, kForwardStages slots) while computing the current one; their grid is one wave of resident blocks
+// (forward_grid). Measured on the H200 (docs/performance.md): fp64 at H = 4 80 -> 89 % of copy (98 % with four blocks
+// of 128 registers); the exact kernels and every kernel at H = 8 were slower with the ring (exact 0.55 -> 0.83 ms in
+// session 4; with the shared weights below and the next token's weights loaded a step ahead, 0.367 -> 0.407 ms at H = 4
+// and 0.475 -> 0.506 ms at H = 8) and load directly.
 template <Mode M, int HC>
 inline constexpr bool kForwardRing = HC > 0 && HC < 8 && M == Mode::fp64;
 constexpr int kForwardStages = 3;
@@ -58,8 +58,10 @@ __device__ __noinline__ ExactRounded forward_exact_out_of_line(float p, float x,
 }
 
 // One output element before its bf16 packing: the policy's value (forward_value, or the exact value through
-// the bf16 filter and the certified path). x and r come as floats and as the arithmetic's type V (binary64
-// for fp64 and exact, widened once per d by the caller). `twin` receives the binary64 twin.
+// the bf16 filter and the certified path), for the binary32 kernels, the generic ones and exact with the twin
+// (the specialised binary64 and exact-filter paths call forward_value / forward_exact_bf16 on scaled values
+// directly). x and r come as floats and as the arithmetic's type V (binary32 or binary64, widened once per d
+// by the caller). `twin` receives the binary64 twin.
 template <Mode M, bool kTwin, class V>
 __device__ __forceinline__ bf16_bits forward_element(const PolicyDesc& pd, float p, const float* cc, float xv,
                                                      const float* r, V xw, const V* rw, int H, double& twin,
