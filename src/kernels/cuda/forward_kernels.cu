@@ -142,7 +142,8 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
   // first kWeightThreads threads (per output ho, kWeightStride doubles: post, the comb column, the bound's
   // weight half), instead of all of them by every thread (exact forward at 16384 x 4 x 4096: 0.43 ->
   // 0.37 ms; H = 8: 0.58 -> 0.47 ms).
-  constexpr bool kSharedWeights = kFilter && HC > 0 && !kRing;
+  constexpr bool kSharedWeights = kFilter && HC > 0;
+  static_assert(!(kSharedWeights && kRing), "the ring kernels (binary64) compute their weights per thread");
   constexpr int kWeightStride = HC + 2;
   constexpr int kWeightThreads = HC * kWeightStride;
   __shared__ __align__(16) double shared_weights[kSharedWeights ? kWeightThreads : 1];
@@ -229,17 +230,16 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
             ps[i] = sw[0];
 #pragma unroll
             for (int k = 0; k < HC; ++k) cs[i][k] = sw[1 + k];
-            if constexpr (kFilter) error[i] = exact_error(sw[1 + HC], max_value);
+            error[i] = exact_error(sw[1 + HC], max_value);
           } else {
             pw[i] = __ldg(post + h0 + i);
 #pragma unroll
             for (int k = 0; k < HC; ++k) cw[i][k] = __ldg(comb + k * HC + h0 + i);
-            if constexpr (kScaled) {  // the exact sum takes the weights as stored, fp64 the policy's coefficients
-              ps[i] = scaled_weight(kFilter ? pw[i] : coefficient(pd, pw[i]));
+            if constexpr (kScaled) {  // binary64: the policy's coefficients, scaled
+              ps[i] = scaled_weight(coefficient(pd, pw[i]));
 #pragma unroll
-              for (int k = 0; k < HC; ++k) cs[i][k] = scaled_weight(kFilter ? cw[i][k] : coefficient(pd, cw[i][k]));
+              for (int k = 0; k < HC; ++k) cs[i][k] = scaled_weight(coefficient(pd, cw[i][k]));
             }
-            if constexpr (kFilter) error[i] = exact_error(forward_error_weight(pw[i], cw[i], HC, true), max_value);
           }
         }
         Chunk oc[kOutputs];
