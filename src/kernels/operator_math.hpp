@@ -136,22 +136,14 @@ MHC_HD float max_magnitude(const V* v, int n, float m = 0.0f) {
   return m;
 }
 
-// The largest of m and |v[0..n)| in V's own type (values scaled by 2^-896 need binary64).
-template <class V>
-MHC_HD V max_abs(const V* v, int n, V m) {
-  for (int i = 0; i < n; ++i) m = std::fmax(m, std::fabs(v[i]));
-  return m;
-}
-
 // RNb of the exact forward value when the cheap filter (numerics/exact_filter.hpp) proves it; false when
 // the caller must take forward_exact. Only for callers that store the bf16 result alone. The factors come
 // widened to binary64 by the caller: plain, or weights times 2^896 (once per token) and values by
 // scaled_value (without a conversion instruction). `error` is exact_error of forward_error_weight (per token
-// and output) and a bound on the values' magnitudes (per element, forward_max_value, or per block of them).
+// and output) and a bound on the values' magnitudes (per element, or per block of them).
 MHC_HD double forward_error_weight(float p, const float* c, int H, bool scaled_values) {
   return exact_error_weight(max_magnitude(c, H, std::fabs(p)), H + 1, scaled_values);
 }
-MHC_HD double forward_max_value(double x, const double* r, int H) { return max_abs(r, H, std::fabs(x)); }
 MHC_HD bool forward_exact_bf16(double p, double x, const double* c, const double* r, int H, double error,
                                bf16_bits& out) {
   ExactBf16Filter f;
@@ -164,7 +156,7 @@ MHC_HD bool forward_exact_bf16(float p, float x, const float* c, const float* r,
   double cw[16], rw[16];  // H <= kMaxStreams (16)
   for (int k = 0; k < H; ++k) cw[k] = double(c[k]), rw[k] = double(r[k]);
   return forward_exact_bf16(double(p), double(x), cw, rw, H,
-                            exact_error(forward_error_weight(p, c, H, false), forward_max_value(double(x), rw, H)),
+                            exact_error(forward_error_weight(p, c, H, false), max_magnitude(r, H, std::fabs(x))),
                             out);
 }
 
@@ -194,9 +186,8 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
 
 // The same filter for Σ_ho w[ho]·g[ho] (∂x, ∂residual), from plain binary64 factors (the backward's gradient
 // values are widened for its dot products too); `error` from stream_error_weight (per token and row) and a
-// bound on the gradient values' magnitudes (per element, stream_max_value, or per block of them).
+// bound on the gradient values' magnitudes (per element, or per block of them).
 MHC_HD double stream_error_weight(const float* w, int H) { return exact_error_weight(max_magnitude(w, H), H, false); }
-MHC_HD double stream_max_value(const double* g, int H) { return max_abs(g, H, 0.0); }
 // w: binary32 weights, or the same widened to binary64 by the caller.
 template <class W>
 MHC_HD bool stream_grad_exact_bf16(const W* w, const double* g, int H, double error, bf16_bits& out) {
@@ -209,7 +200,7 @@ MHC_HD bool stream_grad_exact_bf16(const W* w, const double* g, int H, double er
 MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {
   double gw[16];  // H <= kMaxStreams (16)
   for (int ho = 0; ho < H; ++ho) gw[ho] = double(g[ho]);
-  return stream_grad_exact_bf16(w, gw, H, exact_error(stream_error_weight(w, H), stream_max_value(gw, H)), out);
+  return stream_grad_exact_bf16(w, gw, H, exact_error(stream_error_weight(w, H), max_magnitude(g, H)), out);
 }
 
 // ---- Backward: sums over D, in the canonical order (docs/policies.md) ------------------------------------
