@@ -144,12 +144,16 @@ MHC_HD float max_magnitude(const V* v, int n, float m = 0.0f) {
 MHC_HD double forward_error_weight(float p, const float* c, int H, bool scaled_values) {
   return exact_error_weight(max_magnitude(c, H, std::fabs(p)), H + 1, scaled_values);
 }
-MHC_HD bool forward_exact_bf16(double p, double x, const double* c, const double* r, int H, double error,
-                               bf16_bits& out) {
+// The filter's chain for one output (bounds() gives the interval's roundings, bf16() the answer).
+MHC_HD ExactBf16Filter forward_exact_chain(double p, double x, const double* c, const double* r, int H) {
   ExactBf16Filter f;
   f.first(p, x);
   for (int k = 0; k < H; ++k) f.add(c[k], r[k]);
-  return f.bf16(error, out);
+  return f;
+}
+MHC_HD bool forward_exact_bf16(double p, double x, const double* c, const double* r, int H, double error,
+                               bf16_bits& out) {
+  return forward_exact_chain(p, x, c, r, H).bf16(error, out);
 }
 // From binary32 values (the generic kernels): widens them (plain) and computes the bound itself.
 MHC_HD bool forward_exact_bf16(float p, float x, const float* c, const float* r, int H, bf16_bits& out) {
@@ -190,11 +194,15 @@ MHC_HD ExactAccumulator stream_grad_exact(const float* w, const float* g, int H)
 MHC_HD double stream_error_weight(const float* w, int H) { return exact_error_weight(max_magnitude(w, H), H, false); }
 // w: binary32 weights, or the same widened to binary64 by the caller.
 template <class W>
-MHC_HD bool stream_grad_exact_bf16(const W* w, const double* g, int H, double error, bf16_bits& out) {
+MHC_HD ExactBf16Filter stream_grad_exact_chain(const W* w, const double* g, int H) {
   ExactBf16Filter f;
   f.first(double(w[0]), g[0]);
   for (int ho = 1; ho < H; ++ho) f.add(double(w[ho]), g[ho]);
-  return f.bf16(error, out);
+  return f;
+}
+template <class W>
+MHC_HD bool stream_grad_exact_bf16(const W* w, const double* g, int H, double error, bf16_bits& out) {
+  return stream_grad_exact_chain(w, g, H).bf16(error, out);
 }
 // From binary32 values (the generic kernels): widens them and computes the bound itself.
 MHC_HD bool stream_grad_exact_bf16(const float* w, const float* g, int H, bf16_bits& out) {

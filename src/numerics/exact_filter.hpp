@@ -86,10 +86,18 @@ struct ExactBf16Filter {
   MHC_HD void first(double a, double b) { s = mul_rn64(a, b); }
   MHC_HD void add(double a, double b) { s = fma_rn64(a, b, s); }
 
-  // True, with RNb(S) in `out`, when the interval [RD(s - e), RU(s + e)] proves it; e from exact_error.
+  // The roundings of the interval's ends, RNb(RD(s - e)) and RNb(RU(s + e)); e from exact_error. When they are
+  // equal, S rounds to them. The GPU kernels compare many of them at once as packed words (one XOR per two
+  // elements), where a comparison per element cost four instructions.
+  MHC_HD void bounds(double e, bf16_bits& lo, bf16_bits& hi) const {
+    hi = round_to_bf16_rne(add_ru64(s, e));
+    lo = round_to_bf16_rne(add_rd64(s, -e));
+  }
+  // True, with RNb(S) in `out`, when the interval [RD(s - e), RU(s + e)] proves it.
   MHC_HD bool bf16(double e, bf16_bits& out) const {
-    out = round_to_bf16_rne(add_ru64(s, e));
-    return round_to_bf16_rne(add_rd64(s, -e)) == out;
+    bf16_bits lo;
+    bounds(e, lo, out);
+    return lo == out;
   }
 };
 

@@ -288,6 +288,15 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
     for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, fmt::format("non-finite H={}", H));
     expect_exact_without_twins_identical(in, fmt::format("non-finite, H={}", H));
   }
+  // The exact backward's kernels widen their values by placing bits too (chunk_wide): with many tokens at
+  // H = 4 the compact one runs, and its bounds must decline every sum that reads a non-finite value.
+  Inputs in = random_inputs(Shape{1700, 4, 1032}, 707);
+  const int64_t D = in.shape.D;
+  in.grad_out[(100 * 4 + 2) * D + 7] = round_to_bf16_rne(inf);
+  in.grad_out[(900 * 4 + 3) * D + 1000] = round_to_bf16_rne(nan);
+  in.x[1500 * D + 64] = round_to_bf16_rne(-inf);
+  in.residual[(1600 * 4 + 1) * D + 9] = round_to_bf16_rne(nan);
+  expect_exact_without_twins_identical(in, "non-finite, S=1700 H=4");
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware
