@@ -182,7 +182,7 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 // residual[hi] at d). g: the H gradient values as floats, gw widened. For exact, the result is the upper rounding
 // of the bf16 filter's interval and `lower` its lower one (`error`: the bound, from stream_error_weight of the row
 // and the largest gradient magnitude in the step's H gradient chunks): the element is proved when they agree, which
-// the caller tests on packed words. Other modes set `lower` to the result. The binary64 twin of exact is never
+// the caller tests on packed words; other modes leave `lower` alone. The binary64 twin of exact is never
 // stored by this kernel. kLaneBound: the dot steps only add the products (the kernel bounds them per lane,
 // ExactDotFilter::lane_bound).
 template <Mode M, int H, bool kLaneBound = false, class W>
@@ -205,8 +205,7 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const W*
       if (twin) *twin = v;
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) acc[ho] = dot_step<T>(pd, acc[ho], gw[ho], bw, post_path);
-    lower = round_to_bf16_rne(v);
-    return lower;
+    return round_to_bf16_rne(v);
   }
 }
 

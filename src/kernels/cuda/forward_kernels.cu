@@ -59,7 +59,7 @@ __device__ __noinline__ ExactRounded forward_exact_out_of_line(float p, float x,
 
 // One output element before its bf16 packing: the policy's value (forward_value, or the exact value through
 // the bf16 filter and the certified path), for the binary32 kernels, the generic ones and exact with the twin
-// (the specialised binary64 and exact-filter paths call forward_value / forward_exact_bf16 on scaled values
+// (the specialised binary64 and exact-filter paths call forward_value / forward_exact_chain on scaled values
 // directly). x and r come as floats and as the arithmetic's type V (binary32 or binary64, widened once per d
 // by the caller). `twin` receives the binary64 twin.
 template <Mode M, bool kTwin, class V>
