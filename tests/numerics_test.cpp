@@ -451,18 +451,23 @@ TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
       std::fill(a.begin(), a.end(), 0.0f);
       a[0] = 1.0f, b[0] = 1.0f, a[1] = 0x1p-12f, b[1] = 0x1p-12f;
     }
-    ExactDotFilter lane[32], coarse[32];  // coarse: the bound from lane_bound, as the exact backward sets it
+    // coarse: the bound from lane_bound and the chains scaled (b·2^-896, then s·2^896 before the merges), as
+    // the exact backward's fast kernel runs them
+    ExactDotFilter lane[32], coarse[32];
     float max_a[32] = {}, sum_b[32] = {};
     std::vector<double> terms;
     for (int d = 0; d < D; ++d) {
       const int l = (d / 8) % 32;
       lane[l].add(a[d], b[d]);
-      coarse[l].add_term(a[d], b[d]);
+      coarse[l].add_term(a[d], double(b[d]) * 0x1p-896);
       max_a[l] = std::max(max_a[l], std::fabs(a[d]));
       sum_b[l] += std::fabs(b[d]);
       terms.push_back(double(a[d]) * double(b[d]));
     }
-    for (int l = 0; l < 32; ++l) coarse[l].bound = ExactDotFilter::lane_bound(max_a[l], sum_b[l]);
+    for (int l = 0; l < 32; ++l) {
+      coarse[l].bound = ExactDotFilter::lane_bound(max_a[l], sum_b[l]);
+      coarse[l].s *= 0x1p896;
+    }
     for (int offset = 16; offset > 0; offset /= 2)
       for (int l = 0; l < offset; ++l) {
         lane[l].merge(lane[l + offset].s, lane[l + offset].bound);
@@ -563,6 +568,30 @@ TEST(ExactFilter, DotProductExactnessTest) {
   EXPECT_FALSE(settle({1.0f, 0x1p-24f, 0x1p-120f}, out));
   EXPECT_FALSE(settle({1.0f, -1.0f}, out)) << "zero sums go to the certified path";
   EXPECT_FALSE(settle({1.0f, 0x1p-24f}, out, 8000)) << "chains deeper than the bound's proof are declined";
+  // The scaled chains (b·2^-896) hold products exactly only down to 2^-178 (2^-1074 scaled): with the rows'
+  // lowest bits at 2^-180 the test declines even a sum it would otherwise take (t = 2^-129 <= 2^(-180 + 53)).
+  ExactDotFilter tiny;
+  tiny.s = 0x1p-150;
+  EXPECT_TRUE(tiny.fp32_if_exact(-178, 21, out));
+  EXPECT_FALSE(tiny.fp32_if_exact(-180, 21, out)) << "a scaled chain may have rounded below 2^-1074";
+}
+
+// The scaled chain's underflow, by hand: 2^-75·2^-75 + 2^-92·2^-92 = 2^-150 + 2^-184 rounds to 2^-149 (above
+// binary32's smallest tie), but with b scaled by 2^-896 the second product (2^-1080) is below binary64's
+// subnormals and lost against the first (2^-1046): s = 2^-150, the tie itself, which rounds to 0. fp32() takes
+// no sum below 2^-100 and the exactness test none whose rows reach below 2^-178 (here 2^-99 per row): declined.
+TEST(ExactFilter, ScaledDotChainUnderflowIsDeclined) {
+  ExactDotFilter f;
+  f.add_term(0x1p-75, 0x1p-75 * 0x1p-896);
+  f.add_term(0x1p-92, 0x1p-92 * 0x1p-896);
+  f.s *= 0x1p896;
+  EXPECT_EQ(f.s, 0x1p-150) << "the second product is lost in the scaled domain";
+  f.bound = 0.0f;  // RN32 of 2^-150 and of 2^-184, as the bound's chain would give
+  float out = 1.0f;
+  EXPECT_FALSE(f.fp32(21, out));
+  const int lsb = bf16_lsb_exponent(round_to_bf16_rne(0x1p-92f) & 0x7fffu) * 2;
+  EXPECT_EQ(lsb, -198);
+  EXPECT_FALSE(f.fp32_if_exact(lsb, 21, out));
 }
 
 }  // namespace

@@ -107,8 +107,9 @@ struct ExactBf16Filter {
 // same operations in binary32 (or per lane, lane_bound, before the merges). If no term passes through more than
 // `depth` roundings,
 //   |S - s| <= B = depth·u·T·(1 + depth·u),   T <= A·(1 + 2^-10) + 2^-130  (depth < 8000, < 2^20 terms),
-// and B is bounded from above in binary64 by B' = RN(RN(depth·A)·(1 + 2^-9))·2^-53 + 2^-170 (depth·A is exact;
-// the factor covers (1 + 2^-10)(1 + depth·u) and the two roundings). With a = |s|, t = a truncated to
+// and B is bounded from above in binary64 by B' = RN(RN(depth·A)·(1 + 2^-9))·2^-53 + 2^-159 (depth·A is exact;
+// the factor covers (1 + 2^-10)(1 + depth·u) and the two roundings; 2^-159 covers depth·u·2^-130 < 2^-170 and the
+// scaled chains' underflow below). With a = |s|, t = a truncated to
 // binary32 and m = t + ulp32(a)/2 the rounding boundary above t (a - m is exact: same binade), RN32(s) is
 // accepted when
 //   (1) 2^-100 <= a < 2^100 (binary32's normal range, far from its ends; NaN fails this);
@@ -117,6 +118,14 @@ struct ExactBf16Filter {
 //   (3) B' < |a - m|: S lies strictly on s's side of m, so it is no tie and rounds like s.
 // The error bound is a few thousand binary64 units of s on randn-like data, so only dot products within
 // that of a binary32 midpoint are declined: about 1 in 10^5.
+//
+// Scaled chains: the GPU's fast backward takes one factor of each product as scaled_value (b·2^-896: placed
+// bits, no widening multiplication) and multiplies each lane's s by 2^896 (exact) before the merges. In that
+// domain a rounding can fall in binary64's subnormal range, where it errs by up to 2^-1075 beyond the relative
+// bound: 2^-179 once unscaled, per term of the chains. A dot product the filter accepts has fewer than
+// 32·depth < 2^18 terms, so that adds less than 2^-161, which B' carries. The exactness test (fp32_if_exact)
+// needs every partial sum of a scaled chain exact as well: they are multiples of 2^(lsb - 896), which binary64
+// holds when lsb - 896 >= -1074, so it asks lsb >= -178.
 struct ExactDotFilter {
   double s = 0.0;
   float bound = 0.0f;
@@ -145,7 +154,7 @@ struct ExactDotFilter {
     const double a = std::fabs(s);
     if (!(a >= 0x1p-100 && a < 0x1p100) || depth >= 8000) return false;
     const double error = add_rn64(mul_rn64(mul_rn64(mul_rn64(double(depth), double(bound)), 1.0 + 0x1p-9), 0x1p-53),
-                                  0x1p-170);
+                                  0x1p-159);
     const double midpoint = double_from_bits((double_bits(a) & ~((uint64_t{1} << 29) - 1)) | (uint64_t{1} << 28));
     return error < mul_rn64(a, 0x1p-26) && error < std::fabs(sub_rn64(a, midpoint));
   }
@@ -157,10 +166,11 @@ struct ExactDotFilter {
   // of 2^lsb no larger than T, so when T <= 2^(lsb + 53) none of them rounds and s is the exact sum: RN32(s)
   // is the answer, ties included. Zero sums are left to the certified path (signed-zero rules). t >= T rests
   // on the bound's inequality above, proved for depth < 8000: deeper chains are declined, as by fp32().
+  // lsb >= -178: the scaled chains (above) are exact too.
   MHC_HD bool fp32_if_exact(int lsb, int depth, float& out) const {
     out = round_to_fp32_rne(s);
     const double t = add_rn64(mul_rn64(double(bound), 1.0 + 0x1p-9), 0x1p-129);  // >= T
-    return s != 0.0 && depth < 8000 && lsb >= -300 && t <= std::ldexp(1.0, lsb + 53);
+    return s != 0.0 && depth < 8000 && lsb >= -178 && t <= std::ldexp(1.0, lsb + 53);
   }
 };
 
