@@ -466,7 +466,7 @@ TEST(ExactFilter, DotProductAnswersEqualTheExactSumRounded) {
     }
     for (int l = 0; l < 32; ++l) {
       coarse[l].bound = ExactDotFilter::lane_bound(max_a[l], sum_b[l]);
-      coarse[l].s *= 0x1p896;
+      coarse[l].unscale();
     }
     for (int offset = 16; offset > 0; offset /= 2)
       for (int l = 0; l < offset; ++l) {
@@ -584,7 +584,7 @@ TEST(ExactFilter, ScaledDotChainUnderflowIsDeclined) {
   ExactDotFilter f;
   f.add_term(0x1p-75, 0x1p-75 * 0x1p-896);
   f.add_term(0x1p-92, 0x1p-92 * 0x1p-896);
-  f.s *= 0x1p896;
+  f.unscale();
   EXPECT_EQ(f.s, 0x1p-150) << "the second product is lost in the scaled domain";
   f.bound = 0.0f;  // RN32 of 2^-150 and of 2^-184, as the bound's chain would give
   float out = 1.0f;

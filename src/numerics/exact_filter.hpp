@@ -144,6 +144,8 @@ struct ExactDotFilter {
   // and fp32_if_exact() assume of the chain of add(). Looser than that chain (by max|a| over the mean |a|,
   // a few times on randn rows) but one addition per term instead of one fused multiply-add per product.
   MHC_HD static float lane_bound(float max_a, float sum_b) { return mul_rn32(max_a, sum_b); }
+  // A scaled chain's sum (terms added with one factor as scaled_value) back to the products' scale: exact.
+  MHC_HD void unscale() { s = mul_rn64(s, kScaledWeightFactor); }
   MHC_HD void merge(double other_s, float other_bound) {
     s = add_rn64(s, other_s);
     bound = add_rn32(bound, other_bound);

@@ -180,8 +180,8 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 
 // One element of ∂x (w = post) or ∂residual[hi] (w = comb[hi]) and its H dot-product steps (b: x or
 // residual[hi] at d; bw widened, for exact scaled: b·2^-896). g: the H gradient values as floats, gw widened.
-// For exact, the result is the upper rounding
-// of the bf16 filter's interval and `lower` its lower one (`error`: the bound, from stream_error_weight of the row
+// For exact, the result is the upper rounding of the bf16 filter's interval and `lower` its lower one
+// (`error`: the bound, from stream_error_weight of the row
 // and the largest gradient magnitude in the step's H gradient chunks): the element is proved when they agree, which
 // the caller tests on packed words; other modes leave `lower` alone. The binary64 twin of exact is never
 // stored by this kernel. kLaneBound: the dot steps only add the products (the kernel bounds them per lane,
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       if constexpr (M == Mode::exact) {
         if constexpr (kLaneBound)
           acc[r][ho].bound = ExactDotFilter::lane_bound(float_from_bits(max_pair_word(lane_pairs[ho])), value_sum[r]);
-        acc[r][ho].s = mul_rn64(acc[r][ho].s, kScaledWeightFactor);  // the scaled chain's sum, unscaled (exact)
+        acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
         settle_dot_exact(in, out, fb, s, q, acc[r][ho], dot_filter_depth(D));
       } else {
         const T v = finish_param_grad<T>(pd, warp_tree_sum(acc[r][ho]));
