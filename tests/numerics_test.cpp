@@ -384,6 +384,163 @@ TEST(FpOps, DirectedAdditions) {
   EXPECT_EQ(add_rd64(0x1p-1074, -0x1p-1073), -0x1p-1074);  // subnormal: exact
 }
 
+// The binary32 directed operations: RD/RU sums one step apart exactly when inexact, IEEE's signs of exact zeros,
+// RU32 of products; and on random operands they bracket the exact result (binary64 holds every product and
+// every sum of two binary32 within 29 binades of each other exactly).
+TEST(FpOps, DirectedBinary32Operations) {
+  EXPECT_EQ(add_rd32(1.0f, 0x1p-30f), 1.0f);
+  EXPECT_EQ(add_ru32(1.0f, 0x1p-30f), 1.0f + 0x1p-23f);
+  EXPECT_EQ(add_rd32(1.0f, -0x1p-30f), 1.0f - 0x1p-24f);
+  EXPECT_EQ(add_ru32(-1.0f, -0x1p-30f), -1.0f);
+  EXPECT_EQ(add_rd32(0.75f, 0.5f), 1.25f);
+  EXPECT_TRUE(std::signbit(add_rd32(1.0f, -1.0f)));
+  EXPECT_FALSE(std::signbit(add_ru32(1.0f, -1.0f)));
+  EXPECT_TRUE(std::signbit(add_ru32(-0.0f, -0.0f)));
+  EXPECT_EQ(add_rd32(0x1p-149f, -0x1p-148f), -0x1p-149f);  // subnormal: exact
+  EXPECT_EQ(mul_ru32(1.0f + 0x1p-23f, 1.0f + 0x1p-23f), 1.0f + 0x1p-22f + 0x1p-23f);  // 1 + 2^-22 + 2^-46, up
+  EXPECT_EQ(mul_ru32(-(1.0f + 0x1p-23f), 1.0f + 0x1p-23f), -(1.0f + 0x1p-22f));       // towards +inf
+  EXPECT_EQ(mul_ru32(0x1p-100f, 0x1p-100f), 0x1p-149f);                               // underflow, up
+  EXPECT_EQ(mul_ru32(0x1p100f, 0x1p100f), HUGE_VALF);
+  std::mt19937_64 rng(43);
+  std::uniform_int_distribution<int> expo(-20, 20);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int i = 0; i < 200000; ++i) {
+    const float a = std::ldexp(normal(rng), expo(rng)), b = std::ldexp(normal(rng), expo(rng));
+    const double sum = double(a) + double(b), product = double(a) * double(b);
+    const float rd = add_rd32(a, b), ru = add_ru32(a, b), up = mul_ru32(a, b);
+    ASSERT_LE(double(rd), sum);
+    ASSERT_GE(double(ru), sum);
+    ASSERT_EQ(rd == ru, double(rd) == sum) << a << " + " << b;
+    if (rd != ru) {
+      ASSERT_EQ(std::nextafter(rd, HUGE_VALF), ru);
+    }
+    ASSERT_GE(double(up), product);
+    ASSERT_LT(double(std::nextafter(up, -HUGE_VALF)), product) << a << " * " << b;
+  }
+}
+
+// The binary32 first test (ExactBf16Filter32), driven as forward_exact_kernel drives it: the chain, e from the
+// weights in chain order and the largest value magnitude, both ends packed two at a time (the pair route) and
+// one at a time; the two routes must agree.
+bool filter32_bf16(const FilterCase& c, bf16_bits& out) {
+  ExactBf16Filter32 f;
+  float max_b = 0.0f;
+  for (size_t i = 0; i < c.a.size(); ++i) {
+    if (i == 0) f.first(c.a[i], c.b[i]);
+    else f.add(c.a[i], c.b[i]);
+    max_b = std::max(max_b, std::fabs(c.b[i]));
+  }
+  const float e = exact_error32(exact_error32_weight(c.a.data(), int(c.a.size())), max_b);
+  const bool ok = f.bf16(e, out);
+  ExactBf16Filter32 other;
+  other.s = -f.s;
+  uint32_t lo = 0, hi = 0;
+  ExactBf16Filter32::bounds_pair(other, f, e, lo, hi);
+  EXPECT_EQ(ok, (lo & 0xffffu) == (hi & 0xffffu));
+  EXPECT_EQ(hi & 0xffffu, out);
+  return ok;
+}
+
+// Accepted answers must be RNb of the exact sum (Boost) on randn-like sums, wide exponents (products beyond
+// binary32's range: the bound's overflow guard), near-ties, ties and cancellation; randn-like sums must be
+// settled at the rate docs/cuda.md relies on.
+TEST(ExactFilter32, AcceptedAnswersEqualTheExactSumRounded) {
+  std::mt19937_64 rng(47);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::uniform_int_distribution<int> nterms(1, 17), expo(-70, 70);
+  int64_t accepted = 0, plain_total = 0, plain_accepted = 0, wide_total = 0, wide_accepted = 0;
+  for (int trial = 0; trial < 300000; ++trial) {
+    // 0,1: randn-like; 2: wide exponents; 3: near-ties; 4: cancellation; 5: ties; 6: a last term that brings
+    // the sum to within about one rounding of the chain of a bf16 midpoint (where a bound too small shows).
+    const int kind = trial % 7;
+    const int n = nterms(rng);
+    FilterCase c;
+    for (int i = 0; i < n; ++i) {
+      float a = kind == 2 ? std::ldexp(unit(rng), expo(rng)) : 2.0f * unit(rng);
+      float b = normal(rng);
+      if (kind == 2) b = std::ldexp(b, expo(rng));
+      c.a.push_back(a);
+      c.b.push_back(bf16_to_float(round_to_bf16_rne(b)));
+    }
+    if (kind == 3 || kind == 5) {
+      const bf16_bits lower = round_to_bf16_rne(normal(rng) + 2.0f);
+      const float mid = (bf16_to_float(lower) + bf16_to_float(bf16_bits(lower + 1))) / 2;
+      c.a[0] = kind == 5 ? mid : std::nextafter(mid, trial % 2 ? 10.0f : -10.0f);
+      c.b[0] = 1.0f;
+      for (int i = 1; i < n; ++i) c.a[i] = i % 2 || kind == 5 ? 0.0f : std::ldexp(c.a[i], -60);
+    }
+    if (kind == 4 && n >= 2) {
+      c.b[1] = -c.b[0];
+      c.a[1] = std::nextafter(c.a[0], trial % 2 ? 10.0f : 0.0f);
+      for (int i = 2; i < n; ++i) c.a[i] = std::ldexp(c.a[i], -40 + i);
+    }
+    if (kind == 6 && n >= 2) {
+      double partial = 0.0;
+      for (int i = 0; i < n - 1; ++i) partial += double(c.a[i]) * double(c.b[i]);
+      const bf16_bits lower = round_to_bf16_rne(float(partial) + 4.0f * normal(rng));
+      const double mid = (double(bf16_to_float(lower)) + double(bf16_to_float(bf16_bits(lower + 1)))) / 2;
+      c.a[n - 1] = float(mid - partial);
+      c.b[n - 1] = 1.0f;
+    }
+    bf16_bits got = 0;
+    const bool ok = filter32_bf16(c, got);
+    if (kind <= 1) ++plain_total, plain_accepted += ok;
+    if (kind == 2) ++wide_total, wide_accepted += ok;
+    if (!ok) continue;
+    ++accepted;
+    std::vector<double> terms;
+    for (int i = 0; i < n; ++i) terms.push_back(double(c.a[i]) * double(c.b[i]));
+    const bf16_bits want = exact_sum_multiprecision(terms, ExactBackend::boost).bf16();
+    ASSERT_EQ(got, want) << "trial " << trial << " kind " << kind;
+    ASSERT_NE(kind, 5) << "an exact tie must be declined (trial " << trial << ")";
+  }
+  // About 2^-24·Σ(n + 1 - i)|a_i|·max|b| from a boundary: ~1 randn-like sum in 150 at these lengths (1..17
+  // terms); far fewer than 1 in 20.
+  EXPECT_LE(plain_total - plain_accepted, plain_total / 20) << "the first test should settle most sums";
+  EXPECT_GT(wide_accepted, wide_total / 4) << "products far from 1 are settled too";
+  EXPECT_LT(wide_accepted, wide_total) << "products beyond binary32's range must be declined";
+  EXPECT_GT(accepted, 100000);
+}
+
+// Hand-derived. e for terms a_i, values b_i: RU(RU(2^-24·(1 + 2^-16)·Σ(n + 1 - i)|a_i|)·max|b|) + 2^-145.
+TEST(ExactFilter32, HandDerivedCases) {
+  bf16_bits out = 0;
+  // One term is rounded too (a binary32 product): 1 + 2^-8 is a tie, e ≈ 2^-24, declined; 1 + 2^-8 + 2^-20
+  // lies 16 binary32 steps above it: accepted, rounded up.
+  EXPECT_FALSE(filter32_bf16({{1.0f + 0x1p-8f}, {1.0f}}, out));
+  ASSERT_TRUE(filter32_bf16({{1.0f + 0x1p-8f + 0x1p-20f}, {1.0f}}, out));
+  EXPECT_EQ(out, 0x3f81);
+  // 1·1 - 1·1 + c·1 with c = 1 + 2^-8 + δ: s = c exactly, W = 3 + 2 + c = 6 + 2^-8 + δ, e = 1.501·2^-22.
+  // δ = 3·2^-22: RD(s - e) = 1 + 2^-8 + 2^-22 stays above the tie at 1 + 2^-8: accepted, rounded up.
+  // δ = 2^-21: RD(s - e) is the tie itself (it rounds down, to even): declined; δ = 2^-22 too.
+  ASSERT_TRUE(filter32_bf16({{1.0f, 1.0f, 1.0f + 0x1p-8f + 0x1.8p-21f}, {1.0f, -1.0f, 1.0f}}, out));
+  EXPECT_EQ(out, 0x3f81);
+  EXPECT_FALSE(filter32_bf16({{1.0f, 1.0f, 1.0f + 0x1p-8f + 0x1p-21f}, {1.0f, -1.0f, 1.0f}}, out));
+  EXPECT_EQ(out, 0x3f81);
+  EXPECT_FALSE(filter32_bf16({{1.0f, 1.0f, 1.0f + 0x1p-8f + 0x1p-22f}, {1.0f, -1.0f, 1.0f}}, out));
+  // Zero sums are declined (e > 0): signed zeros are the certified path's.
+  EXPECT_FALSE(filter32_bf16({{0.0f}, {1.0f}}, out));
+  EXPECT_FALSE(filter32_bf16({{1.0f, 1.0f}, {1.0f, -1.0f}}, out));
+  // Subnormal results: 1.25·2^-133 rounds to 2^-133 (0x0001), its interval is ±2^-145 wide; 1.5·2^-133 is a
+  // tie between 0x0001 and 0x0002: declined.
+  ASSERT_TRUE(filter32_bf16({{0x1.4p-120f}, {0x1p-13f}}, out));
+  EXPECT_EQ(out, 0x0001);
+  EXPECT_FALSE(filter32_bf16({{0x1.8p-120f}, {0x1p-13f}}, out));
+  // -2^-140 rounds to -0 (both ends negative and below bf16's subnormals).
+  ASSERT_TRUE(filter32_bf16({{0x1p-100f}, {-0x1p-40f}}, out));
+  EXPECT_EQ(out, 0x8000);
+  // Products beyond binary32's range: e would pass 2^100, so it is +∞ and declines; RU(c·W)·B just below
+  // 2^100 is still accepted (2^60·2^60 = 2^120: s exact, e ≈ 2^96).
+  EXPECT_FALSE(filter32_bf16({{0x1p100f}, {0x1p100f}}, out));
+  EXPECT_FALSE(filter32_bf16({{0x1p100f, 0x1p100f}, {0x1p100f, -0x1p100f}}, out));
+  ASSERT_TRUE(filter32_bf16({{0x1p60f}, {0x1p60f}}, out));
+  EXPECT_EQ(out, round_to_bf16_rne(0x1p120f));
+  EXPECT_EQ(exact_error32(1.0f, HUGE_VALF), HUGE_VALF);
+  EXPECT_EQ(exact_error32(0.0f, std::numeric_limits<float>::quiet_NaN()), HUGE_VALF);
+  EXPECT_EQ(exact_error32(0.0f, 0.0f), 0x1p-145f) << "e > 0 even for zero terms";
+}
+
 // Infinities and NaN among the terms (allowed inputs, docs/format.md): the bf16 filters, fed as the generic
 // GPU kernels and the per-element finishing passes feed them, must decline or give the certified path's bits
 // (NaN for NaN). Hand-derived first: at H = 1 the error factor is 0 (a single product is exact), so an

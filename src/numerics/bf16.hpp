@@ -19,6 +19,19 @@ MHC_HD bf16_bits round_to_bf16_rne(float f) {
   return static_cast<bf16_bits>(u >> 16);
 }
 
+// RNb of two binary32 values packed as a pair (`high` in the high half, as a chunk holds elements 2j + 1 and
+// 2j). On sm_80+ one instruction for both (cvt.rn.bf16x2.f32: RNE, subnormals kept, overflow to inf; only a NaN's
+// payload can differ from the integer route, and the exact filters never keep a NaN).
+MHC_HD uint32_t round_to_bf16x2_rne(float high, float low) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t pair;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(high), "f"(low));
+  return pair;
+#else
+  return static_cast<uint32_t>(round_to_bf16_rne(high)) << 16 | round_to_bf16_rne(low);
+#endif
+}
+
 // RNb then back to binary32: the value a bf16 rounding step leaves in an fp32 register. On the GPU this is
 // the hardware conversion (cvt.rn.bf16.f32: RNE, subnormals kept, overflow to inf), which runs on the
 // conversion pipe and so leaves the integer pipe, which the bf16 policies saturate, to the integer route

@@ -101,6 +101,56 @@ struct ExactBf16Filter {
   }
 };
 
+// The binary32 first test (the GPU's exact forward): the same interval, from a binary32 chain. s_1 = RN32(p_1),
+// then s_k = RN32(p_k + s_(k-1)) (p_i = a_i·b_i; one multiplication and fused multiply-adds): n roundings, the
+// k-th off by at most u·|p_k + s_(k-1)| + 2^-150 (u = 2^-24; 2^-150 is half of binary32's subnormal spacing).
+// While nothing overflows, the errors so far enter each later step (at most a factor (1 + u)^n), and the k-th
+// exact result is at most Σ_(i<=k)|p_i| besides, so
+//   |S - s| <= (u·Σ_i (n + 1 - i)·|p_i| + n·2^-150)·(1 + u)^n <= (u·W·B + n·2^-150)·(1 + u)^n,
+// with W = Σ_i (n + 1 - i)·|a_i| (the earlier terms pass through more roundings) and B = max|b_i|.
+// e = RU(RU(u'·W')·B) + 2^-145 bounds that for W' >= W (a sum rounded up) and u' = u·(1 + 2^-16) >= u·(1 + u)^n
+// (n <= 31), as n·2^-150·(1 + u)^n < 2^-145. Overflow: when RU(u'·W')·B < 2^100, W·B < 2^124 and so
+// T = Σ|p_i| <= W·B: every product, partial sum and s ± e is below 2^126 and finite. Otherwise e = +∞, which
+// declines. The test then reads as in binary64: RNb(RD(s - e)) == RNb(RU(s + e)) proves RNb(S), and an exact
+// zero S is declined (e > 0 always). e is about 2^-24·W·B, so sums within that of a bf16 rounding boundary are
+// declined: about 1 in 400 on randn-like data at H = 4 (tests/unit); callers take those to the binary64 test
+// and, past that, to the certified path. Finite values and weights only.
+inline constexpr float kChainError32 = float(1.0 + 0x1p-16) * 0x1p-24f;
+
+// u'·W' for the weights a_0..a_(n-1) in the chain's order: the weights' half of e, once per token and output.
+MHC_HD float exact_error32_weight(const float* a, int n) {
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum = add_ru32(sum, mul_ru32(float(n - i), std::fabs(a[i])));
+  return mul_ru32(sum, kChainError32);
+}
+
+// e from the weights' half and B (the values' largest magnitude), +∞ where the chain could overflow or either
+// half is NaN or infinite.
+MHC_HD float exact_error32(float error_weight, float max_value) {
+  const float e = mul_ru32(error_weight, max_value);
+  return e < 0x1p100f ? add_ru32(e, 0x1p-145f) : HUGE_VALF;
+}
+
+struct ExactBf16Filter32 {
+  float s = 0.0f;
+
+  MHC_HD void first(float a, float b) { s = mul_rn32(a, b); }
+  MHC_HD void add(float a, float b) { s = fma_rn32(a, b, s); }
+
+  // The interval's roundings for two sums with the same e, packed like a chunk's pair of elements (`high` is
+  // the odd one): S_high and S_low are proven when the two words agree.
+  MHC_HD static void bounds_pair(const ExactBf16Filter32& high, const ExactBf16Filter32& low, float e, uint32_t& lo,
+                                 uint32_t& hi) {
+    hi = round_to_bf16x2_rne(add_ru32(high.s, e), add_ru32(low.s, e));
+    lo = round_to_bf16x2_rne(add_rd32(high.s, -e), add_rd32(low.s, -e));
+  }
+  MHC_HD bool bf16(float e, bf16_bits& out) const {
+    const bf16_bits hi = round_to_bf16_rne(add_ru32(s, e));
+    out = hi;
+    return round_to_bf16_rne(add_rd32(s, -e)) == hi;
+  }
+};
+
 // The same idea for the long dot products of the backward (∂post, ∂comb: Σ_d g·x or g·r, bf16 times bf16,
 // so every product is exact in binary32 and in binary64), whose stored result is RN32 of the exact sum.
 // Terms are added by a binary64 FMA chain per partial and partials are merged by binary64 additions, the bound by the

@@ -102,6 +102,47 @@ MHC_HD double add_ru64(double a, double b) {
 #endif
 }
 
+// The same for binary32 (the first test of the exact bf16 filters, exact_filter.hpp), and RU32(a·b) for its
+// error bound. On the host the product is exact in binary64 (48 significant bits), so one RN32 and a step up
+// when that fell below it give RU32.
+MHC_HD void two_sum32(float a, float b, float& s, float& e) {
+  s = add_rn32(a, b);
+  const float bb = add_rn32(s, -a);
+  e = add_rn32(add_rn32(a, -add_rn32(s, -bb)), add_rn32(b, -bb));
+}
+
+MHC_HD float add_rd32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rd(a, b);
+#else
+  float t, error;
+  two_sum32(a, b, t, error);
+  if (t == 0.0f) return std::signbit(a) || std::signbit(b) || (a != 0.0f) ? -0.0f : 0.0f;
+  return error < 0.0f ? std::nextafter(t, -HUGE_VALF) : t;
+#endif
+}
+
+MHC_HD float add_ru32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_ru(a, b);
+#else
+  float t, error;
+  two_sum32(a, b, t, error);
+  if (t == 0.0f) return std::signbit(a) && std::signbit(b) && a == 0.0f ? -0.0f : 0.0f;
+  return error > 0.0f ? std::nextafter(t, HUGE_VALF) : t;
+#endif
+}
+
+MHC_HD float mul_ru32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_ru(a, b);
+#else
+  const double p = double(a) * double(b);
+  const float f = static_cast<float>(p);
+  return double(f) < p ? std::nextafter(f, HUGE_VALF) : f;
+#endif
+}
+
 MHC_HD uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);

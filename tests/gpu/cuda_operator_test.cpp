@@ -238,9 +238,8 @@ TEST(CudaOperator, ExactWithoutBinary64TwinsMatchesCpu) {
     }
 }
 
-// The exact forward computes each token's weights once per block into shared memory, behind barriers: blocks
-// whose last threads have no chunk (D = 24 and 264: 3 and 33 chunks for 128 threads) and blocks that loop
-// over tokens (S above the grid's 65535 rows) must still see every token's own weights. The exact backward
+// Blocks whose last threads have no chunk (D = 24 and 264: 3 and 33 chunks for 128 threads) and blocks that
+// loop over tokens (S above the grid's 65535 rows) must still compute every token with its own weights. The exact backward
 // at H = 4 keeps its weights in shared memory from a full wave of tokens on (1584 on an H200): S = 1700.
 TEST(CudaOperator, ExactFilterKernelsHandlePartialBlocksAndLongGrids) {
   SKIP_WITHOUT_GPU();
@@ -314,10 +313,12 @@ TEST(CudaOperator, SubnormalAndOverflowingOutputsRoundLikeTheCpu) {
       for (int k = 0; k < 4; ++k) in.comb[(s * 4 + k) * 4 + h] = std::ldexp(unit(rng), s % 2 ? -135 : 90);
     }
   for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, "tiny/huge");
+  expect_exact_without_twins_identical(in, "tiny/huge");  // the exact forward's overflow guard and subnormals
 }
 
-// The rounding routes as compiled for the GPU: RNb of binary32 by the hardware conversion (numerics/bf16.hpp)
-// equals the integer route on all 2^32 inputs, and RNb of binary64 (also a hardware conversion) equals round-to-odd.
+// The rounding routes as compiled for the GPU: RNb of binary32 by the hardware conversions (numerics/bf16.hpp,
+// one value and packed pairs) equals the integer route on all 2^32 inputs, RNb of binary64 (also a hardware
+// conversion) equals round-to-odd, and the directed binary32 operations equal their host emulation.
 TEST(CudaOperator, RoundingRoutesAgreeOnTheGpu) {
   SKIP_WITHOUT_GPU();
   const testing::RoundingCheck f = testing::check_float_rounding_on_gpu();
@@ -325,6 +326,8 @@ TEST(CudaOperator, RoundingRoutesAgreeOnTheGpu) {
   EXPECT_EQ(f.mismatches, 0u) << "first mismatch at bits 0x" << std::hex << f.first;
   const testing::RoundingCheck d = testing::check_double_rounding_on_gpu();
   EXPECT_EQ(d.mismatches, 0u) << "first mismatch at bits 0x" << std::hex << d.first;
+  const testing::RoundingCheck r = testing::check_directed_binary32_on_gpu();
+  EXPECT_EQ(r.mismatches, 0u) << "first mismatching operand pair: " << r.first;
 }
 
 // `run --device auto` picks the GPU where one is present.

@@ -24,11 +24,12 @@ constexpr int kForwardThreads = 128;
 // Blocks per multiprocessor the kernels are compiled for: a register cap. With the fully unrolled d loop
 // ptxas otherwise keeps far more values live than latency hiding needs (binary32 at H = 4: 96 registers
 // where 55 suffice). Binary64 at H = 4: four blocks of 128 registers (98 % of copy; five, with spills:
-// 0.48 ms). Exact at H = 4 computes its outputs in two blocks of two (kForwardOutputs) in 96 registers, five
-// blocks (H200, 16384 x 4 x 4096, with the shared weights below: 0.367 ms; six blocks, 80 registers and
-// spills: 0.395 ms; all four outputs at once in 128 registers, four blocks: 0.48 ms before the shared
-// weights, when two blocks of two took 0.43). Binary64 and exact at H = 8 compute the outputs in blocks to
-// fit in 168 (exact: four blocks of 128 registers were no faster).
+// 0.48 ms). Exact at H = 4 (the binary64 filter, which exact without the twin ran at every H until session
+// 10 and still runs at H = 8; with the twin, the certified path) computes its outputs in two blocks of two
+// (kForwardOutputs) in 96 registers, five blocks (H200, 16384 x 4 x 4096, with the shared weights below:
+// 0.367 ms; six blocks, 80 registers and spills: 0.395 ms; all four outputs at once in 128 registers, four
+// blocks: 0.48 ms before the shared weights, when two blocks of two took 0.43). Binary64 and exact at H = 8
+// compute the outputs in blocks to fit in 168 (exact: four blocks of 128 registers were no faster).
 template <Mode M, int HC>
 inline constexpr int kForwardMinBlocks = M == Mode::fp32 ? (HC == 8 ? 4 : 8)
                                          : M == Mode::fp64 ? (HC == 8 ? 3 : 4)
@@ -132,8 +133,9 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   // The ring (kForwardRing): this thread's slot of (stage, row) is ring[(stage * (1 + H) + row) * threads].
   constexpr bool kRing = kForwardRing<M, HC>;
-  // exact without the twin: the bf16 filter; its bound from the weights of each output and the largest
-  // value magnitude in this thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight) and
+  // exact without the twin (at H = 8 and in the generic kernel; H <= 4 runs forward_exact_kernel below): the
+  // binary64 bf16 filter; its bound from the weights of each output and the largest value magnitude in this
+  // thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight) and
   // the values by scaled_value (once per d): integer instructions, not conversions, and the same products.
   constexpr bool kFilter = M == Mode::exact && !kTwin;
   constexpr bool kScaled = HC > 0 && (kFilter || M == Mode::fp64);
@@ -321,6 +323,200 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
   }
 }
 
+// ---- Exact forward without the twin at H in {1, 2, 4} -------------------------------------------------------
+// One thread per (token, chunk of 8 d), as above, all H outputs' sums from binary32 values: each output by the
+// binary32 first test of numerics/exact_filter.hpp (ExactBf16Filter32: a chain of one FMUL and H FFMAs, its
+// interval's ends rounded down and up and both packed by cvt.rn.bf16x2.f32). Unpacking a bf16 to binary32 is
+// one integer instruction, where the binary64 chain needed three and a conversion-free widening (session 9:
+// 0.36 ms at 16384 x 4 x 4096 with the binary64 filter on every element; session 10: 0.32 ms). The first test
+// declines about 1 output in 500 at H = 4 (a bf16 rounding boundary within ~2^-24·Σ|weights|·max|value| of
+// the sum), so nearly every warp has one. Finishing them where they arose (the owner lane, out of line) left
+// most lanes idle (0.45 ms); a block queue behind a barrier made every warp wait for the block's slowest
+// (0.34 ms); a second kernel took 40 us to reach their inputs and outputs again in device memory. So each warp
+// finishes its own after storing its chunks: the owners stage their declined pairs of elements, with the
+// pairs' input words, in shared memory, and the warp's lanes take one each (finish_forward_pair: the binary64
+// test, the certified path where that declines too), overwriting the owner's stored pair. At H = 8 (nine
+// terms, 72 weights: the outputs in blocks, about 1 output in 200 declined) this was slower than the binary64
+// filter of forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
+
+// Six blocks of 80 registers (eight of 64 spill 128 bytes: 0.60 ms against 0.32 at 16384 x 4 x 4096).
+inline constexpr int kExactForwardMinBlocks = 6;
+constexpr int kPairsPerChunk = kChunk / 2;
+// A staged pair: its output (bits 8..11), lane (bits 2..6) and pair in the lane's chunk (bits 0..1), then the
+// pair's words of x and of the H residual rows (elements 2j and 2j + 1).
+template <int HC>
+inline constexpr int kSlotWords = 2 + HC;
+constexpr int kWarpsPerForwardBlock = kForwardThreads / kReduceLanes;
+
+// The H weights of a row of post or comb (16-byte aligned rows at H >= 4: vector loads).
+template <int HC>
+__device__ __forceinline__ void load_weight_row(const float* p, float* w) {
+  if constexpr (HC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < HC; j += 4) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(p + j));
+      w[j] = v.x, w[j + 1] = v.y, w[j + 2] = v.z, w[j + 3] = v.w;
+    }
+  } else if constexpr (HC == 2) {
+    const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = __ldg(p);
+  }
+}
+
+// Elements d and d + 1 of output ho of token s, whose values are the pair words x_word and r_words[k]: the
+// binary64 test, and the certified path where that declines too (what it cannot certify goes to the host's
+// fallback list). Both are stored in one word.
+template <int HC>
+__device__ __forceinline__ void finish_forward_pair(const InputsView& in, bf16_bits* out, const FallbackList& fb,
+                                                    int64_t s, int ho, int64_t d, uint32_t x_word,
+                                                    const uint32_t* r_words) {
+  float c[HC];
+#pragma unroll
+  for (int k = 0; k < HC; ++k) c[k] = __ldg(in.comb + (s * HC + k) * HC + ho);
+  const float p = __ldg(in.post + s * HC + ho);
+  const int64_t index = (s * HC + ho) * in.shape.D + d;
+  uint32_t pair = 0;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float r[HC];
+#pragma unroll
+    for (int k = 0; k < HC; ++k) r[k] = bf16_to_float(static_cast<bf16_bits>(r_words[k] >> (16 * e)));
+    const float x = bf16_to_float(static_cast<bf16_bits>(x_word >> (16 * e)));
+    bf16_bits b;
+    if (!forward_exact_bf16(p, x, c, r, HC, b)) {
+      const ExactRounded v = forward_exact_out_of_line(p, x, c, r, HC);
+      b = v.bf16();
+      if (!v.certified) push_fallback(fb, FallbackKind::out, index + e);
+    }
+    pair |= static_cast<uint32_t>(b) << (16 * e);
+  }
+  *reinterpret_cast<uint32_t*>(out + index) = pair;
+}
+
+// The pairs a warp's first test declined (`declined` per lane, bit kPairsPerChunk·ho + j; the lane's chunk
+// is first_chunk + lane), after every lane stored its chunks: staged in `staging` (kSlotWords words per pair,
+// 32 pairs at a time, in lane order) and finished one per lane. __syncwarp orders the owners' stores before
+// the finishing lanes' and the staging between rounds.
+template <int HC>
+__device__ __forceinline__ void finish_warp_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
+                                                  int64_t s, int64_t first_chunk, uint32_t declined, const Chunk& xc,
+                                                  const Chunk* rc, uint32_t* staging) {
+  const int lane = threadIdx.x % kReduceLanes;
+  int before = __popc(declined);  // inclusive, then exclusive, prefix of the lanes' counts
+#pragma unroll
+  for (int offset = 1; offset < kReduceLanes; offset *= 2) {
+    const int below = __shfl_up_sync(kFullMask, before, offset);
+    if (lane >= offset) before += below;
+  }
+  const int total = __shfl_sync(kFullMask, before, kReduceLanes - 1);
+  before -= __popc(declined);
+  for (int round = 0; round < total; round += kReduceLanes) {
+    int position = before;
+    for (uint32_t m = declined; m != 0 && position < round + kReduceLanes; m &= m - 1, ++position) {
+      if (position < round) continue;
+      const int bit = __ffs(m) - 1, j = bit % kPairsPerChunk;
+      uint32_t* slot = staging + (position - round) * kSlotWords<HC>;
+      slot[0] = static_cast<uint32_t>(bit / kPairsPerChunk << 8 | lane << 2 | j);
+      slot[1] = chunk_word(xc, j);
+#pragma unroll
+      for (int k = 0; k < HC; ++k) slot[2 + k] = chunk_word(rc[k], j);
+    }
+    __syncwarp();
+    if (lane < total - round) {
+      const uint32_t* slot = staging + lane * kSlotWords<HC>;
+      uint32_t r[HC];
+#pragma unroll
+      for (int k = 0; k < HC; ++k) r[k] = slot[2 + k];
+      const uint32_t entry = slot[0];
+      const int64_t chunk = first_chunk + ((entry >> 2) & (kReduceLanes - 1));
+      finish_forward_pair<HC>(in, out, fb, s, int(entry >> 8), chunk * kChunk + 2 * (entry & 3), slot[1], r);
+    }
+    __syncwarp();
+  }
+}
+
+template <int HC>
+__global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
+    forward_exact_kernel(InputsView in, bf16_bits* out, FallbackList fb) {
+  static_assert(HC <= 4, "H = 8 runs forward_kernel's binary64 filter (its weights would not fit beside the chunks)");
+  __shared__ uint32_t staging[kWarpsPerForwardBlock][kReduceLanes * kSlotWords<HC>];
+  const int64_t D = in.shape.D;
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Threads past the last chunk compute on zeros and store nothing: they stay for the warp's shuffles.
+  const bool active = c < D / kChunk;
+  const int64_t d0 = c * kChunk;
+  const int lane = threadIdx.x % kReduceLanes;
+  for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y) {
+    Chunk xc, rc[HC];
+    if (active) {
+      xc = load_chunk<true>(in.x + s * D + d0, kChunk);
+#pragma unroll
+      for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
+    }
+    float post[HC], comb[HC][HC];  // comb[k][ho]
+    load_weight_row<HC>(in.post + s * HC, post);
+#pragma unroll
+    for (int k = 0; k < HC; ++k) load_weight_row<HC>(in.comb + (s * HC + k) * HC, comb[k]);
+    // The bound's weight halves, one output per lane (lane mod H), then shared across the warp. Each output's
+    // chain runs comb[0][ho]·r[0], ..., comb[H-1][ho]·r[H-1], post[ho]·x: exact_error32_weight weighs the
+    // earlier terms more, and post is the largest weight on mHC's data.
+    float error_weight[HC];
+    {
+      const int mine = lane % HC;
+      float w[HC + 1];
+#pragma unroll
+      for (int k = 0; k < HC; ++k) w[k] = __ldg(in.comb + (s * HC + k) * HC + mine);
+      w[HC] = __ldg(in.post + s * HC + mine);
+      const float own = exact_error32_weight(w, HC + 1);
+#pragma unroll
+      for (int ho = 0; ho < HC; ++ho) error_weight[ho] = __shfl_sync(kFullMask, own, ho);
+    }
+    // The bound's value half: the largest magnitude among this thread's values.
+    uint32_t magnitudes = max_magnitude_pairs(xc, 0);
+#pragma unroll
+    for (int k = 0; k < HC; ++k) magnitudes = max_magnitude_pairs(rc[k], magnitudes);
+    const float max_value = float_from_bits(max_pair_word(magnitudes));
+    float error[HC];
+#pragma unroll
+    for (int ho = 0; ho < HC; ++ho) error[ho] = exact_error32(error_weight[ho], max_value);
+    uint32_t declined = 0;  // bit kPairsPerChunk·ho + j: pair j of output ho
+    Chunk oc[HC];
+#pragma unroll
+    for (int j = 0; j < kPairsPerChunk; ++j) {
+      float xv[2], rv[2][HC];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        xv[half] = chunk_elem(xc, 2 * j + half);
+#pragma unroll
+        for (int k = 0; k < HC; ++k) rv[half][k] = chunk_elem(rc[k], 2 * j + half);
+      }
+#pragma unroll
+      for (int ho = 0; ho < HC; ++ho) {
+        ExactBf16Filter32 f[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          f[half].first(comb[0][ho], rv[half][0]);
+#pragma unroll
+          for (int k = 1; k < HC; ++k) f[half].add(comb[k][ho], rv[half][k]);
+          f[half].add(post[ho], xv[half]);
+        }
+        uint32_t lo, hi;
+        ExactBf16Filter32::bounds_pair(f[1], f[0], error[ho], lo, hi);
+        oc[ho].w[j] = hi;
+        declined |= (lo != hi ? 1u : 0u) << (kPairsPerChunk * ho + j);
+      }
+    }
+    if (active)
+#pragma unroll
+      for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
+    if (!active) declined = 0;
+    if (__any_sync(kFullMask, declined != 0))
+      finish_warp_pairs<HC>(in, out, fb, s, c - lane, declined, xc, rc, staging[threadIdx.x / kReduceLanes]);
+  }
+}
+
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
 constexpr unsigned kMaxGridY = 65535;
@@ -359,10 +555,14 @@ void launch_forward_variant(Pol pol, const InputsView& in, const ForwardOutputs&
 template <Mode M, int HC, bool kAligned, class Pol>
 void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
                            cudaStream_t stream) {
-  if (M != Mode::fp32 && out.out_f64)
+  if (M != Mode::fp32 && out.out_f64) {
     launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
-  else
+  } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
+    forward_exact_kernel<HC><<<forward_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
+    MHC_CUDA_CHECK_LAUNCH();
+  } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
+  }
 }
 
 // Specialised H in {1, 2, 4, 8}; false when H is another value.
@@ -387,7 +587,9 @@ void launch_forward_generic(const PolicyDesc& pd, const InputsView& in, const Fo
 
 bool forward_is_specialised(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out) {
   if (!specialised_shape(in.shape) || !rows_aligned(in, out.out, out.out_f64)) return false;
-  return pd.accumulator == Accumulator::exact ||
+  // forward_exact_kernel reads the weights in vectors of up to four.
+  if (pd.accumulator == Accumulator::exact) return aligned16(in.post) && aligned16(in.comb);
+  return
          with_static_preset(pd, [](auto) { return true; });
 }
 

@@ -78,6 +78,12 @@ __device__ __forceinline__ uint32_t max_magnitude_pairs(const Chunk& c, uint32_t
 }
 __device__ __forceinline__ uint32_t max_pair_word(uint32_t m) { return max(m & 0xffff0000u, m << 16); }
 
+// Word j (elements 2j and 2j + 1) for a j known only at run time, without indexing the registers (which
+// would put the chunk in local memory).
+__device__ __forceinline__ uint32_t chunk_word(const Chunk& c, int j) {
+  return j < 2 ? (j == 0 ? c.w[0] : c.w[1]) : (j == 2 ? c.w[2] : c.w[3]);
+}
+
 __device__ __forceinline__ void chunk_set(Chunk& c, int e, bf16_bits b) {
   uint32_t& word = c.w[e >> 1];
   word = (e & 1) ? ((word & 0xffffu) | (static_cast<uint32_t>(b) << 16)) : ((word & 0xffff0000u) | b);
