@@ -335,17 +335,18 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 // (0.34 ms); a second kernel took 40 us to reach their inputs and outputs again in device memory. So each warp
 // finishes its own after storing its chunks: the owners stage their declined pairs of elements, with the
 // pairs' input words, in shared memory, and the warp's lanes take one each (finish_forward_pair: the binary64
-// test, the certified path where that declines too), overwriting the owner's stored pair. At H = 8 (nine
+// test, the certified path where that declines too), overwriting the owner's stored pair, once per two tokens
+// where the warp has two (forward_exact_grid): 0.32 -> 0.31 ms. At H = 8 (nine
 // terms, 72 weights: the outputs in blocks, about 1 output in 200 declined) this was slower than the binary64
 // filter of forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
 
 // Six blocks of 80 registers (eight of 64 spill 128 bytes: 0.60 ms against 0.32 at 16384 x 4 x 4096).
 inline constexpr int kExactForwardMinBlocks = 6;
 constexpr int kPairsPerChunk = kChunk / 2;
-// A staged pair: its output (bits 8..11), lane (bits 2..6) and pair in the lane's chunk (bits 0..1), then the
-// pair's words of x and of the H residual rows (elements 2j and 2j + 1).
+// A staged pair: its output (bits 8..11), lane (bits 2..6) and pair in the lane's chunk (bits 0..1), its token,
+// then the pair's words of x and of the H residual rows (elements 2j and 2j + 1).
 template <int HC>
-inline constexpr int kSlotWords = 2 + HC;
+inline constexpr int kSlotWords = 3 + HC;
 constexpr int kWarpsPerForwardBlock = kForwardThreads / kReduceLanes;
 
 // The H weights of a row of post or comb (16-byte aligned rows at H >= 4: vector loads).
@@ -395,14 +396,33 @@ __device__ __forceinline__ void finish_forward_pair(const InputsView& in, bf16_b
   *reinterpret_cast<uint32_t*>(out + index) = pair;
 }
 
-// The pairs a warp's first test declined (`declined` per lane, bit kPairsPerChunk·ho + j; the lane's chunk
-// is first_chunk + lane), after every lane stored its chunks: staged in `staging` (kSlotWords words per pair,
-// 32 pairs at a time, in lane order) and finished one per lane. __syncwarp orders the owners' stores before
-// the finishing lanes' and the staging between rounds.
+// A warp's staged pairs, one per lane (`staged` of them, warp-uniform), finished and stored over what their
+// owners stored. __syncwarp orders the owners' stores and staging before, and the reads before restaging.
 template <int HC>
-__device__ __forceinline__ void finish_warp_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
-                                                  int64_t s, int64_t first_chunk, uint32_t declined, const Chunk& xc,
-                                                  const Chunk* rc, uint32_t* staging) {
+__device__ __forceinline__ void finish_staged_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
+                                                    int64_t first_chunk, int staged, const uint32_t* staging) {
+  const int lane = threadIdx.x % kReduceLanes;
+  __syncwarp();
+  if (lane < staged) {
+    const uint32_t* slot = staging + lane * kSlotWords<HC>;
+    uint32_t r[HC];
+#pragma unroll
+    for (int k = 0; k < HC; ++k) r[k] = slot[3 + k];
+    const uint32_t entry = slot[0];
+    const int64_t chunk = first_chunk + ((entry >> 2) & (kReduceLanes - 1));
+    finish_forward_pair<HC>(in, out, fb, slot[1], int(entry >> 8), chunk * kChunk + 2 * (entry & 3), slot[2], r);
+  }
+  __syncwarp();
+}
+
+// Stages the pairs a warp's first test declined for token s (`declined` per lane, bit kPairsPerChunk·ho + j;
+// the lane's chunk is first_chunk + lane) after the `staged` ones already waiting, in lane order, finishing
+// what is staged whenever all 32 slots are taken and more remain; returns how many wait. A warp finishes its
+// pairs once per two tokens where it has two (about four pairs at H = 4, the cost of one round of two).
+template <int HC>
+__device__ __forceinline__ int stage_warp_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
+                                                int64_t s, int64_t first_chunk, uint32_t declined, const Chunk& xc,
+                                                const Chunk* rc, uint32_t* staging, int staged) {
   const int lane = threadIdx.x % kReduceLanes;
   int before = __popc(declined);  // inclusive, then exclusive, prefix of the lanes' counts
 #pragma unroll
@@ -412,29 +432,29 @@ __device__ __forceinline__ void finish_warp_pairs(const InputsView& in, bf16_bit
   }
   const int total = __shfl_sync(kFullMask, before, kReduceLanes - 1);
   before -= __popc(declined);
+  if (staged + total > kReduceLanes) {
+    finish_staged_pairs<HC>(in, out, fb, first_chunk, staged, staging);
+    staged = 0;
+  }
   for (int round = 0; round < total; round += kReduceLanes) {
     int position = before;
     for (uint32_t m = declined; m != 0 && position < round + kReduceLanes; m &= m - 1, ++position) {
       if (position < round) continue;
       const int bit = __ffs(m) - 1, j = bit % kPairsPerChunk;
-      uint32_t* slot = staging + (position - round) * kSlotWords<HC>;
+      uint32_t* slot = staging + (staged + position - round) * kSlotWords<HC>;
       slot[0] = static_cast<uint32_t>(bit / kPairsPerChunk << 8 | lane << 2 | j);
-      slot[1] = chunk_word(xc, j);
+      slot[1] = static_cast<uint32_t>(s);
+      slot[2] = chunk_word(xc, j);
 #pragma unroll
-      for (int k = 0; k < HC; ++k) slot[2 + k] = chunk_word(rc[k], j);
+      for (int k = 0; k < HC; ++k) slot[3 + k] = chunk_word(rc[k], j);
     }
-    __syncwarp();
-    if (lane < total - round) {
-      const uint32_t* slot = staging + lane * kSlotWords<HC>;
-      uint32_t r[HC];
-#pragma unroll
-      for (int k = 0; k < HC; ++k) r[k] = slot[2 + k];
-      const uint32_t entry = slot[0];
-      const int64_t chunk = first_chunk + ((entry >> 2) & (kReduceLanes - 1));
-      finish_forward_pair<HC>(in, out, fb, s, int(entry >> 8), chunk * kChunk + 2 * (entry & 3), slot[1], r);
+    staged += min(total - round, kReduceLanes);
+    if (staged == kReduceLanes && round + kReduceLanes < total) {
+      finish_staged_pairs<HC>(in, out, fb, first_chunk, staged, staging);
+      staged = 0;
     }
-    __syncwarp();
   }
+  return staged;
 }
 
 template <int HC>
@@ -448,6 +468,7 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
   const bool active = c < D / kChunk;
   const int64_t d0 = c * kChunk;
   const int lane = threadIdx.x % kReduceLanes;
+  int staged = 0;  // this warp's declined pairs waiting in staging (warp-uniform)
   for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y) {
     Chunk xc, rc[HC];
     if (active) {
@@ -513,8 +534,10 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
       for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
     if (!active) declined = 0;
     if (__any_sync(kFullMask, declined != 0))
-      finish_warp_pairs<HC>(in, out, fb, s, c - lane, declined, xc, rc, staging[threadIdx.x / kReduceLanes]);
+      staged = stage_warp_pairs<HC>(in, out, fb, s, c - lane, declined, xc, rc, staging[threadIdx.x / kReduceLanes],
+                                    staged);
   }
+  if (staged != 0) finish_staged_pairs<HC>(in, out, fb, c - lane, staged, staging[threadIdx.x / kReduceLanes]);
 }
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
@@ -552,13 +575,23 @@ void launch_forward_variant(Pol pol, const InputsView& in, const ForwardOutputs&
   MHC_CUDA_CHECK_LAUNCH();
 }
 
+// forward_exact_kernel's grid: from 1024 tokens on, each warp takes two (at 16384 x 4 x 4096 still 30 waves
+// of resident blocks), so that it finishes the declined pairs of both in one round (0.318-0.322 -> 0.313-0.314
+// ms there; 1024 x 4 x 7168 unchanged at 0.044 ms).
+constexpr int64_t kExactPairedTokensFrom = 1024;
+dim3 forward_exact_grid(const Shape& sh) {
+  dim3 grid = forward_grid(sh);
+  if (sh.S >= kExactPairedTokensFrom) grid.y = std::min<unsigned>(grid.y, static_cast<unsigned>((sh.S + 1) / 2));
+  return grid;
+}
+
 template <Mode M, int HC, bool kAligned, class Pol>
 void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
                            cudaStream_t stream) {
   if (M != Mode::fp32 && out.out_f64) {
     launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
-    forward_exact_kernel<HC><<<forward_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
+    forward_exact_kernel<HC><<<forward_exact_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
     MHC_CUDA_CHECK_LAUNCH();
   } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
