@@ -22,11 +22,11 @@
 // 10^7 randn-like sums each (bf16 N(0,1) values, weights U[0,1), post U[0,2)): 1 declined for the forward at H = 4 (5
 // terms), none at H = 8 (9 terms) nor for ∂x/∂residual (4 and 8 terms).
 //
-// The forward widens its values without a conversion instruction: a bf16 bit pattern placed in a binary64
-// (scaled_value below) is exactly v·2^-896, subnormals and zeros included, and its weights are scaled by
-// 2^896 (exact for every finite binary32), so the products and s are unscaled. Finite values only: an
-// infinity or NaN would become a finite number, so inputs with one do not take that route (the CUDA
-// backend checks each slab and runs its generic kernels, which convert).
+// The GPU's forward at H = 8 (and its backward) widens values without a conversion instruction: a bf16 bit
+// pattern placed in a binary64 (scaled_value below) is exactly v·2^-896, subnormals and zeros included, and
+// the weights are scaled by 2^896 (exact for every finite binary32), so the products and s are unscaled.
+// Finite values only: an infinity or NaN would become a finite number, so inputs with one do not take that
+// route (the CUDA backend checks each slab and runs its generic kernels, which convert).
 
 #include <cmath>
 #include <cstdint>

@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 // declines about 1 output in 500 at H = 4 (a bf16 rounding boundary within ~2^-24·Σ|weights|·max|value| of
 // the sum), so nearly every warp has one. Finishing them where they arose (the owner lane, out of line) left
 // most lanes idle (0.45 ms); a block queue behind a barrier made every warp wait for the block's slowest
-// (0.34 ms); a second kernel took 40 us to reach their inputs and outputs again in device memory. So each warp
+// (0.34 ms); a second kernel took 42 us or more to reach their inputs and outputs again in device memory. So each warp
 // finishes its own after storing its chunks: the owners stage their declined pairs of elements, with the
 // pairs' input words, in shared memory, and the warp's lanes take one each (finish_forward_pair: the binary64
 // test, the certified path where that declines too), overwriting the owner's stored pair, once per two tokens
