@@ -68,26 +68,43 @@ MHC_HD double sub_rn64(double a, double b) {
 #endif
 }
 
-// Knuth's TwoSum: s + e == a + b exactly, s = RN64(a + b).
-MHC_HD void two_sum(double a, double b, double& s, double& e) {
-  s = add_rn64(a, b);
-  double bb = sub_rn64(s, a);
-  e = add_rn64(sub_rn64(a, sub_rn64(s, bb)), sub_rn64(b, bb));
+// RN of a + b in either format, for the code below that is written once for both.
+MHC_HD float add_rn(float a, float b) { return add_rn32(a, b); }
+MHC_HD double add_rn(double a, double b) { return add_rn64(a, b); }
+
+// Knuth's TwoSum: s + e == a + b exactly, s = RN(a + b) (binary32 or binary64; no overflow).
+template <class T>
+MHC_HD void two_sum(T a, T b, T& s, T& e) {
+  s = add_rn(a, b);
+  const T bb = add_rn(s, -a);
+  e = add_rn(add_rn(a, -add_rn(s, -bb)), add_rn(b, -bb));
 }
 
-// RD64(a + b) and RU64(a + b), rounded down / up: the ends of an interval that encloses a + b. On the GPU
-// the directed-rounding instructions; on the host (tests) from RN64 and the exact error of the addition
-// (TwoSum, Knuth), one step down / up when it lost something, and IEEE's signs of exact zeros (x + (-x) is -0
-// rounded down, +0 rounded up; two zeros keep their sign only when they agree, else as x + (-x)).
+// RD(a + b) and RU(a + b), rounded down / up in binary64 or binary32: the ends of an interval that encloses
+// a + b. On the GPU the directed-rounding instructions; on the host (tests) add_directed_host: RN and the exact
+// error of the addition (TwoSum), one step down / up when it lost something, and IEEE's signs of exact zeros
+// (x + (-x) is -0 rounded down, +0 rounded up; two zeros keep their sign only when they agree, else as x + (-x)).
+#if !defined(__CUDA_ARCH__)
+template <class T>
+T add_directed_host(T a, T b, bool up) {
+  T t, error;
+  two_sum(a, b, t, error);
+  const T zero = T(0), inf = T(HUGE_VAL);
+  if (t == zero) {
+    const bool negative = up ? std::signbit(a) && std::signbit(b) && a == zero
+                             : std::signbit(a) || std::signbit(b) || a != zero;
+    return negative ? -zero : zero;
+  }
+  if (up) return error > zero ? std::nextafter(t, inf) : t;
+  return error < zero ? std::nextafter(t, -inf) : t;
+}
+#endif
 
 MHC_HD double add_rd64(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dadd_rd(a, b);
 #else
-  double t, error;
-  two_sum(a, b, t, error);
-  if (t == 0.0) return std::signbit(a) || std::signbit(b) || (a != 0.0) ? -0.0 : 0.0;
-  return error < 0.0 ? std::nextafter(t, -HUGE_VAL) : t;
+  return add_directed_host(a, b, false);
 #endif
 }
 
@@ -95,30 +112,15 @@ MHC_HD double add_ru64(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dadd_ru(a, b);
 #else
-  double t, error;
-  two_sum(a, b, t, error);
-  if (t == 0.0) return std::signbit(a) && std::signbit(b) && a == 0.0 ? -0.0 : 0.0;
-  return error > 0.0 ? std::nextafter(t, HUGE_VAL) : t;
+  return add_directed_host(a, b, true);
 #endif
-}
-
-// The same for binary32 (the first test of the exact bf16 filters, exact_filter.hpp), and RU32(a·b) for its
-// error bound. On the host the product is exact in binary64 (48 significant bits), so one RN32 and a step up
-// when that fell below it give RU32.
-MHC_HD void two_sum32(float a, float b, float& s, float& e) {
-  s = add_rn32(a, b);
-  const float bb = add_rn32(s, -a);
-  e = add_rn32(add_rn32(a, -add_rn32(s, -bb)), add_rn32(b, -bb));
 }
 
 MHC_HD float add_rd32(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rd(a, b);
 #else
-  float t, error;
-  two_sum32(a, b, t, error);
-  if (t == 0.0f) return std::signbit(a) || std::signbit(b) || (a != 0.0f) ? -0.0f : 0.0f;
-  return error < 0.0f ? std::nextafter(t, -HUGE_VALF) : t;
+  return add_directed_host(a, b, false);
 #endif
 }
 
@@ -126,13 +128,12 @@ MHC_HD float add_ru32(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_ru(a, b);
 #else
-  float t, error;
-  two_sum32(a, b, t, error);
-  if (t == 0.0f) return std::signbit(a) && std::signbit(b) && a == 0.0f ? -0.0f : 0.0f;
-  return error > 0.0f ? std::nextafter(t, HUGE_VALF) : t;
+  return add_directed_host(a, b, true);
 #endif
 }
 
+// RU32(a·b), for the binary32 filter's error bound. On the host the product is exact in binary64 (48
+// significant bits), so one RN32 and a step up when that fell below it give RU32.
 MHC_HD float mul_ru32(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_ru(a, b);
