@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
   constexpr bool kRing = kForwardRing<M, HC>;
   // exact without the twin (at H = 8 and in the generic kernel; H <= 4 runs forward_exact_kernel below): the
   // binary64 bf16 filter; its bound from the weights of each output and the largest value magnitude in this
-  // thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight) and
-  // the values by scaled_value (once per d): integer instructions, not conversions, and the same products.
+  // thread's chunks. It and fp64 take the weights times 2^896 (scaled_weight) and the values by scaled_value
+  // (once per d): integer instructions, not conversions, and the same products.
   constexpr bool kFilter = M == Mode::exact && !kTwin;
   constexpr bool kScaled = HC > 0 && (kFilter || M == Mode::fp64);
   // A block works on one token at a time (all its threads share blockIdx.y), so the exact filter's scaled
@@ -327,18 +327,18 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 // One thread per (token, chunk of 8 d), as above, all H outputs' sums from binary32 values: each output by the
 // binary32 first test of numerics/exact_filter.hpp (ExactBf16Filter32: a chain of one FMUL and H FFMAs, its
 // interval's ends rounded down and up and both packed by cvt.rn.bf16x2.f32). Unpacking a bf16 to binary32 is
-// one integer instruction, where the binary64 chain needed three and a conversion-free widening (session 9:
-// 0.36 ms at 16384 x 4 x 4096 with the binary64 filter on every element; session 10: 0.32 ms). The first test
+// one integer instruction, where placing it in a binary64 took three and a register pair (session 9: 0.36 ms
+// at 16384 x 4 x 4096 with the binary64 filter on every element; session 10: 0.31 ms). The first test
 // declines about 1 output in 500 at H = 4 (a bf16 rounding boundary within ~2^-24·Σ|weights|·max|value| of
 // the sum), so nearly every warp has one. Finishing them where they arose (the owner lane, out of line) left
 // most lanes idle (0.45 ms); a block queue behind a barrier made every warp wait for the block's slowest
-// (0.34 ms); a second kernel took 42 us or more to reach their inputs and outputs again in device memory. So each warp
-// finishes its own after storing its chunks: the owners stage their declined pairs of elements, with the
-// pairs' input words, in shared memory, and the warp's lanes take one each (finish_forward_pair: the binary64
-// test, the certified path where that declines too), overwriting the owner's stored pair, once per two tokens
-// where the warp has two (forward_exact_grid): 0.32 -> 0.31 ms. At H = 8 (nine
-// terms, 72 weights: the outputs in blocks, about 1 output in 200 declined) this was slower than the binary64
-// filter of forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
+// (0.34 ms); a second kernel took 42 us or more to reach their inputs and outputs again in device memory. So
+// each warp finishes its own after storing its chunks: the owners stage their declined pairs of elements, with
+// the pairs' input words, in shared memory, and the warp's lanes take one each (finish_forward_pair: the
+// binary64 test, the certified path where that declines too), overwriting the owner's stored pair, once per
+// two tokens where the warp has two (forward_exact_grid: 0.32 -> 0.31 ms). At H = 8 (nine terms, 72 weights:
+// the outputs in blocks, about 1 output in 200 declined) this was slower than the binary64 filter of
+// forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
 
 // Six blocks of 80 registers (eight of 64 spill 128 bytes: 0.60 ms against 0.32 at 16384 x 4 x 4096).
 inline constexpr int kExactForwardMinBlocks = 6;
@@ -480,9 +480,10 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
     load_weight_row<HC>(in.post + s * HC, post);
 #pragma unroll
     for (int k = 0; k < HC; ++k) load_weight_row<HC>(in.comb + (s * HC + k) * HC, comb[k]);
-    // The bound's weight halves, one output per lane (lane mod H), then shared across the warp. Each output's
-    // chain runs comb[0][ho]·r[0], ..., comb[H-1][ho]·r[H-1], post[ho]·x: exact_error32_weight weighs the
-    // earlier terms more, and post is the largest weight on mHC's data.
+    // The bound's weight halves, one output per lane (lane mod H), then shared across the warp; each lane loads
+    // its output's column again (from L1), as picking it out of the registers by lane would move them to local
+    // memory. Each output's chain runs comb[0][ho]·r[0], ..., comb[H-1][ho]·r[H-1], post[ho]·x:
+    // exact_error32_weight weighs the earlier terms more, and post is the largest weight on mHC's data.
     float error_weight[HC];
     {
       const int mine = lane % HC;
@@ -622,8 +623,7 @@ bool forward_is_specialised(const PolicyDesc& pd, const InputsView& in, const Fo
   if (!specialised_shape(in.shape) || !rows_aligned(in, out.out, out.out_f64)) return false;
   // forward_exact_kernel reads the weights in vectors of up to four.
   if (pd.accumulator == Accumulator::exact) return aligned16(in.post) && aligned16(in.comb);
-  return
-         with_static_preset(pd, [](auto) { return true; });
+  return with_static_preset(pd, [](auto) { return true; });
 }
 
 }  // namespace
