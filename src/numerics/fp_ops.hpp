@@ -68,16 +68,18 @@ MHC_HD double sub_rn64(double a, double b) {
 #endif
 }
 
-// RN of a + b in either format, for the code below that is written once for both.
+// RN of a + b and a - b in either format, for the code below that is written once for both.
 MHC_HD float add_rn(float a, float b) { return add_rn32(a, b); }
 MHC_HD double add_rn(double a, double b) { return add_rn64(a, b); }
+MHC_HD float sub_rn(float a, float b) { return add_rn32(a, -b); }
+MHC_HD double sub_rn(double a, double b) { return sub_rn64(a, b); }
 
 // Knuth's TwoSum: s + e == a + b exactly, s = RN(a + b) (binary32 or binary64; no overflow).
 template <class T>
 MHC_HD void two_sum(T a, T b, T& s, T& e) {
   s = add_rn(a, b);
-  const T bb = add_rn(s, -a);
-  e = add_rn(add_rn(a, -add_rn(s, -bb)), add_rn(b, -bb));
+  const T bb = sub_rn(s, a);
+  e = add_rn(sub_rn(a, sub_rn(s, bb)), sub_rn(b, bb));
 }
 
 // RD(a + b) and RU(a + b), rounded down / up in binary64 or binary32: the ends of an interval that encloses
