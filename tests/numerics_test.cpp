@@ -209,6 +209,13 @@ TEST(Bf16, FromDoubleHighWordPathEqualsRoundToOdd) {
 
 struct FilterCase {
   std::vector<float> a, b;
+
+  // RNb of the exact sum (Boost): what an accepted answer must be.
+  bf16_bits exact_bf16() const {
+    std::vector<double> terms;
+    for (size_t i = 0; i < a.size(); ++i) terms.push_back(double(a[i]) * double(b[i]));
+    return exact_sum_multiprecision(terms, ExactBackend::boost).bf16();
+  }
 };
 
 // The sums the filter tests draw (1 to 17 terms, weights a, bf16 values b), by kind: 0, 1: randn-like; 2: wide
@@ -310,10 +317,7 @@ TEST(ExactFilter, AcceptedAnswersEqualTheExactSumRounded) {
     }
     if (!ok) continue;
     ++accepted;
-    std::vector<double> terms;
-    for (int i = 0; i < n; ++i) terms.push_back(double(c.a[i]) * double(c.b[i]));
-    const bf16_bits want = exact_sum_multiprecision(terms, ExactBackend::boost).bf16();
-    ASSERT_EQ(got, want) << "trial " << trial << " kind " << kind;
+    ASSERT_EQ(got, c.exact_bf16()) << "trial " << trial << " kind " << kind;
     // One term is exact (no error bound): its tie is rounded to even like any other value.
     if (n >= 2) {
       ASSERT_NE(kind, 5) << "an exact tie among several terms must be declined (trial " << trial << ")";
@@ -474,17 +478,13 @@ TEST(ExactFilter32, AcceptedAnswersEqualTheExactSumRounded) {
   for (int trial = 0; trial < 300000; ++trial) {
     const int kind = trial % 7;
     const FilterCase c = source.draw(kind, trial);
-    const int n = int(c.a.size());
     bf16_bits got = 0;
     const bool ok = filter32_bf16(c, got);
     if (kind <= 1) ++plain_total, plain_accepted += ok;
     if (kind == 2) ++wide_total, wide_accepted += ok;
     if (!ok) continue;
     ++accepted;
-    std::vector<double> terms;
-    for (int i = 0; i < n; ++i) terms.push_back(double(c.a[i]) * double(c.b[i]));
-    const bf16_bits want = exact_sum_multiprecision(terms, ExactBackend::boost).bf16();
-    ASSERT_EQ(got, want) << "trial " << trial << " kind " << kind;
+    ASSERT_EQ(got, c.exact_bf16()) << "trial " << trial << " kind " << kind;
     ASSERT_NE(kind, 5) << "an exact tie must be declined (trial " << trial << ")";
   }
   // Declined within about 2^-24·Σ(n + 1 - i)|a_i|·max|b| of a boundary: 1 randn-like sum in 280 at these
