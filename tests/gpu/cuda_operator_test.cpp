@@ -287,7 +287,7 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
     for (const Policy& p : builtin_policies()) expect_policy_identical(p, in, fmt::format("non-finite H={}", H));
     expect_exact_without_twins_identical(in, fmt::format("non-finite, H={}", H));
   }
-  // The exact backward's kernels widen their values by placing bits too (chunk_wide): with many tokens at
+  // The exact backward's kernels take x and residual as placed bits too (chunk_scaled): with many tokens at
   // H = 4 the compact one runs, and its bounds must decline every sum that reads a non-finite value.
   Inputs in = random_inputs(Shape{1700, 4, 1032}, 707);
   const int64_t D = in.shape.D;

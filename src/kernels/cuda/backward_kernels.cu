@@ -237,15 +237,15 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
-  // exact: values widened by chunk_wide (placed bits and one multiplication on the binary64 pipe) instead of
-  // a conversion each (the 16-per-clock pipe, which also takes the filter's two roundings per element). A
-  // non-finite value widens to a wrong finite number, but the step's gradient maximum and the dot bounds
-  // (from the values' bits) are then infinite or NaN, so every sum that reads it is declined and finished
-  // from the stored inputs. H200: 1024 x 4 x 7168 0.136 -> 0.131 ms; 16384 x 4 x 4096 unchanged (0.619 ms).
-  // The stream values (x, residual) enter only the dot products, which take them as placed bits alone
+  // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
   // multiplied by 2^896 before they are merged (H200, 16384 x 4 x 4096: 0.621 -> 0.600 ms, 40 fewer binary64
-  // multiplications per step of 1077 instructions).
+  // multiplications per step of 1077 instructions). The gradient values are converted (one instruction on the
+  // 16-per-clock pipe each, 32 per step): placing them and multiplying by 2^896 took four instructions each
+  // (H200, session 11: 8192 x 8 x 4096 1.745 -> 1.708 ms; 16384 x 4 x 4096 0.600-0.609 -> 0.599-0.600 ms).
+  // A non-finite stream value places as a wrong finite number, but the dot bounds, taken from the values
+  // themselves, are then infinite or NaN, so the dot products that read it are declined and finished from the
+  // stored inputs.
   constexpr bool kPlacedValues = M == Mode::exact;
   using Acc = FastDotAcc<M>;
   static_assert((H + 1) % G == 0, "every warp of a token takes the same number of stream rows");
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
 #pragma unroll
           for (int ho = 0; ho < H; ++ho) {
             g[ho] = chunk_elem(gc[ho], e);
-            gw[ho] = kPlacedValues ? chunk_wide(gc[ho], e) : T(g[ho]);
+            gw[ho] = T(g[ho]);
           }
           bf16_bits lo;
           const float b = chunk_elem(bc, e);

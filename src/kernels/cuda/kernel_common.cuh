@@ -62,12 +62,6 @@ __device__ __forceinline__ double chunk_scaled(const Chunk& c, int e) {
   return scaled_value((e & 1) ? word : word << 16);
 }
 
-// Element e as its binary64 value without a conversion instruction: chunk_scaled times 2^896 (exact, on the
-// binary64 pipe). Finite values only: an infinity or NaN becomes a finite number.
-__device__ __forceinline__ double chunk_wide(const Chunk& c, int e) {
-  return mul_rn64(chunk_scaled(c, e), kScaledWeightFactor);
-}
-
 // The largest magnitude among the bf16 values of chunks, for the exact filter's bound: pairs are folded into m
 // (two 16-bit lanes, signs cleared) with __vmaxu2, and max_pair_word gives the larger lane as bf16 bits in the
 // high half of a word (float bits of the value; scaled_value's input).
