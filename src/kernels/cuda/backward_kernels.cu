@@ -143,13 +143,13 @@ __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs 
 
 // The N = R·H dot products of a warp's rows for token s (dot i: stream row row0 + i / H with grad_out[i % H]),
 // settled together: each lane's filter of dot i, unscaled, is in scratch at lane · DotScratch<N>::kStride + i
-// (the warp's ring, idle between tokens: every lane has waited for its own copies and read its last slots,
-// written by the kernel as DotScratch::put), and lane i < N merges
-// dot product i's 32 partials along combine_lane_partials' tree, the order of the shuffle tree in
-// settle_dot_exact, so that its sum and bound are settle_dot_exact's bit for bit; it stores what the filter
-// proves, and the warp takes the rest to finish_dot_exact one at a time. Where settle_dot_exact runs N dependent
-// five-level shuffle chains, this is one round of shared-memory traffic and N trees side by side (H200, session 12:
-// 16384 x 4 x 4096 0.598-0.602 -> 0.559-0.566 ms, 8192 x 8 x 4096 1.703-1.712 -> 1.557-1.572 ms).
+// (the warp's ring, idle between tokens: every lane has waited for its own copies and read its last slots;
+// the kernel writes them with DotScratch::put), and lane i < N merges dot product i's 32 partials along
+// combine_lane_partials' tree, the order of the shuffle tree in settle_dot_exact, so that its sum and bound
+// are settle_dot_exact's bit for bit; it stores what the filter proves, and the warp takes the rest to
+// finish_dot_exact one at a time. Where settle_dot_exact runs N dependent five-level shuffle chains, this is
+// one round of shared-memory traffic and N trees side by side (H200, session 12: 16384 x 4 x 4096
+// 0.598-0.602 -> 0.559-0.566 ms, 8192 x 8 x 4096 1.703-1.712 -> 1.557-1.572 ms).
 template <int N>
 struct DotScratch {
   static constexpr int kStride = N | 1;  // odd, so that lanes reading one column hit different banks
@@ -165,7 +165,10 @@ struct DotScratch {
 };
 
 // Node (L, K) of combine_lane_partials' tree over the 32 values column[l · stride]: K levels merged, so that
-// (0, 5) is lane 0's value after the shuffle tree (lane l += lane l + 16, then + 8, + 4, + 2, + 1).
+// (0, 5) is lane 0's value after the shuffle tree (lane l += lane l + 16, then + 8, + 4, + 2, + 1). The same
+// order as that function, unrolled at compile time over a strided shared-memory column: combine_lane_partials
+// merges a contiguous array in place, which here would be 31 stores and loads through shared memory. The GPU
+// tests compare the results with the CPU's, bit for bit.
 template <int L, int K, class T>
 __device__ __forceinline__ T lane_tree(const T* column, int stride) {
   static_assert(kReduceLanes == 32, "five levels");
