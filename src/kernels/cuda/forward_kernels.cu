@@ -334,11 +334,11 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 // most lanes idle (0.45 ms); a block queue behind a barrier made every warp wait for the block's slowest
 // (0.34 ms); a second kernel took 42 us or more to reach their inputs and outputs again in device memory. So
 // each warp finishes its own after storing its chunks: the owners stage their declined pairs of elements, with
-// the pairs' input words, in shared memory, and the warp's lanes take one each (finish_forward_pair: the
-// binary64 test, the certified path where that declines too), overwriting the owner's stored pair, once per
-// two tokens where the warp has two (forward_exact_grid: 0.32 -> 0.31 ms). At H = 8 (nine terms, 72 weights:
-// the outputs in blocks, about 1 output in 200 declined) this was slower than the binary64 filter of
-// forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
+// the pairs' input words, in shared memory, and the warp's lanes take one element each (two lanes per pair,
+// finish_staged_element: the binary64 test, the certified path where that declines too), overwriting what the
+// owner stored, once per two tokens where the warp has two (forward_exact_grid: 0.32 -> 0.31 ms). At H = 8
+// (nine terms, 72 weights: the outputs in blocks, about 1 output in 200 declined) this was slower than the
+// binary64 filter of forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
 
 // Six blocks of 80 registers (eight of 64 spill 128 bytes: 0.60 ms against 0.32 at 16384 x 4 x 4096).
 inline constexpr int kExactForwardMinBlocks = 6;
@@ -366,51 +366,45 @@ __device__ __forceinline__ void load_weight_row(const float* p, float* w) {
   }
 }
 
-// Elements d and d + 1 of output ho of token s, whose values are the pair words x_word and r_words[k]: the
-// binary64 test, and the certified path where that declines too (what it cannot certify goes to the host's
-// fallback list). Both are stored in one word.
+// Element e (0 or 1) of a staged pair, from its slot: the binary64 test, and the certified path where that
+// declines too (what it cannot certify goes to the host's fallback list); stored over the owner's element.
+// Two lanes per pair halve the round's dependent chain (session 13: 0.3143-0.3184 -> 0.3136-0.3138 ms at
+// 16384 x 4 x 4096; the round's binary64 work is about 15 us of the kernel, docs/performance.md s13-7).
 template <int HC>
-__device__ __forceinline__ void finish_forward_pair(const InputsView& in, bf16_bits* out, const FallbackList& fb,
-                                                    int64_t s, int ho, int64_t d, uint32_t x_word,
-                                                    const uint32_t* r_words) {
-  float c[HC];
+__device__ __forceinline__ void finish_staged_element(const InputsView& in, bf16_bits* out, const FallbackList& fb,
+                                                      int64_t first_chunk, const uint32_t* slot, int e) {
+  const uint32_t entry = slot[0];
+  const int64_t s = slot[1];
+  const int ho = int(entry >> 8);
+  const int64_t chunk = first_chunk + ((entry >> 2) & (kReduceLanes - 1));
+  const int64_t index = (s * HC + ho) * in.shape.D + chunk * kChunk + 2 * (entry & 3) + e;
+  float c[HC], r[HC];
 #pragma unroll
-  for (int k = 0; k < HC; ++k) c[k] = __ldg(in.comb + (s * HC + k) * HC + ho);
-  const float p = __ldg(in.post + s * HC + ho);
-  const int64_t index = (s * HC + ho) * in.shape.D + d;
-  uint32_t pair = 0;
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    float r[HC];
-#pragma unroll
-    for (int k = 0; k < HC; ++k) r[k] = bf16_to_float(static_cast<bf16_bits>(r_words[k] >> (16 * e)));
-    const float x = bf16_to_float(static_cast<bf16_bits>(x_word >> (16 * e)));
-    bf16_bits b;
-    if (!forward_exact_bf16(p, x, c, r, HC, b)) {
-      const ExactRounded v = forward_exact_out_of_line(p, x, c, r, HC);
-      b = v.bf16();
-      if (!v.certified) push_fallback(fb, FallbackKind::out, index + e);
-    }
-    pair |= static_cast<uint32_t>(b) << (16 * e);
+  for (int k = 0; k < HC; ++k) {
+    c[k] = __ldg(in.comb + (s * HC + k) * HC + ho);
+    r[k] = bf16_to_float(static_cast<bf16_bits>(slot[3 + k] >> (16 * e)));
   }
-  *reinterpret_cast<uint32_t*>(out + index) = pair;
+  const float p = __ldg(in.post + s * HC + ho);
+  const float x = bf16_to_float(static_cast<bf16_bits>(slot[2] >> (16 * e)));
+  bf16_bits b;
+  if (!forward_exact_bf16(p, x, c, r, HC, b)) {
+    const ExactRounded v = forward_exact_out_of_line(p, x, c, r, HC);
+    b = v.bf16();
+    if (!v.certified) push_fallback(fb, FallbackKind::out, index);
+  }
+  out[index] = b;
 }
 
-// A warp's staged pairs, one per lane (`staged` of them, warp-uniform), finished and stored over what their
-// owners stored. __syncwarp orders the owners' stores and staging before, and the reads before restaging.
+// A warp's staged pairs (`staged` of them, warp-uniform), finished two lanes per pair, 16 pairs per round.
+// __syncwarp orders the owners' stores and staging before, and the reads before restaging.
 template <int HC>
 __device__ __forceinline__ void finish_staged_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
                                                     int64_t first_chunk, int staged, const uint32_t* staging) {
   const int lane = threadIdx.x % kReduceLanes;
   __syncwarp();
-  if (lane < staged) {
-    const uint32_t* slot = staging + lane * kSlotWords<HC>;
-    uint32_t r[HC];
-#pragma unroll
-    for (int k = 0; k < HC; ++k) r[k] = slot[3 + k];
-    const uint32_t entry = slot[0];
-    const int64_t chunk = first_chunk + ((entry >> 2) & (kReduceLanes - 1));
-    finish_forward_pair<HC>(in, out, fb, slot[1], int(entry >> 8), chunk * kChunk + 2 * (entry & 3), slot[2], r);
+  for (int first = 0; first < staged; first += kReduceLanes / 2) {
+    const int pair = first + lane / 2;
+    if (pair < staged) finish_staged_element<HC>(in, out, fb, first_chunk, staging + pair * kSlotWords<HC>, lane % 2);
   }
   __syncwarp();
 }
