@@ -138,8 +138,8 @@ __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs 
   float v = 0.0f;
   if (!__shfl_sync(kFullMask, f.fp32(depth, v), 0)) return finish_dot_exact(in, out, fb, s, q, f);
   const int H = in.shape.H;
-  // dot_index's position, written out here and in settle_dots_exact: through dot_index() at both stores the
-  // exact backward ran 2-3 % slower at H = 4 and H = 8 (H200, session 14, run s14-7; docs/performance.md).
+  // dot_index's position, written out like settle_dots_exact's (why: there). This store (the generic kernel's)
+  // changed with it in that measurement but was not timed on its own.
   if ((threadIdx.x & 31) == 0) (q < H ? out.grad_post[s * H + q] : out.grad_comb[s * H * H + q - H]) = v;
 }
 
@@ -195,7 +195,8 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     float v = 0.0f;
     settled = f.fp32(depth, v);
     const int q = dot_number(row0 + lane / H, lane % H, H);
-    // dot_index's position, written out (see settle_dot_exact).
+    // dot_index's position, written out: with dot_index() here (and in settle_dot_exact) the specialised exact
+    // backward ran 2-3 % slower at H = 4 and H = 8 (H200, session 14, run s14-7; docs/performance.md).
     if (settled) (q < H ? out.grad_post[s * H + q] : out.grad_comb[s * H * H + q - H]) = v;
   }
   __syncwarp();  // the reads above before the next token's copies into the ring
