@@ -9,7 +9,8 @@ is rounded to binary64 and then to binary32, which differs from the FMA only by 
 for rates). Its interval [s - e, s + e] is declined when its ends round to different bf16 values, with e
   block: 2^-24·(1 + 2^-16)·Σ(n - i)|w_i| · the largest value magnitude of the lane's 40 values (the kernel's),
   pair:  the same with the largest magnitude of the pair's 10 values,
-  tight: 2^-24·Σ_k |s_k| over the chain's partial sums (ExactBf16Chain32 on the wip/backward-f32 branch).
+  tight: 2^-24·Σ_k |s_k| over the chain's partial sums (ExactBf16Filter32 with the whole chain as tail: the
+         kernel's retest of what `block` declines, before the warp's round).
 Directed roundings are emulated by one binary32 step outwards from the nearest, which only widens the interval.
 Prints per bound: outputs per declined one, the share of warp-tokens with a declined pair (they stage), the
 declined pairs per warp-token and the share of warp-tokens where some lane has two or more.

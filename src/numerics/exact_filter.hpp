@@ -103,30 +103,39 @@ struct ExactBf16Filter {
 
 // The binary32 first test (the GPU's exact forward): the same interval, from a binary32 chain. s_1 = RN32(p_1),
 // then s_k = RN32(p_k + s_(k-1)) (p_i = a_i·b_i; one multiplication and fused multiply-adds): n roundings, the
-// k-th off by at most u·|p_k + s_(k-1)| + 2^-150 (u = 2^-24; 2^-150 is half of binary32's subnormal spacing).
-// While nothing overflows, the errors so far enter each later step (at most a factor (1 + u)^n), and the k-th
-// exact result is at most Σ_(i<=k)|p_i| besides, so
-//   |S - s| <= (u·Σ_i (n + 1 - i)·|p_i| + n·2^-150)·(1 + u)^n <= (u·W·B + n·2^-150)·(1 + u)^n,
-// with W = Σ_i (n + 1 - i)·|a_i| (the earlier terms pass through more roundings) and B = max|b_i|.
-// e = RU(RU(u'·W')·B) + 2^-145 bounds that for W' >= W (a sum rounded up) and u' = u·(1 + 2^-16) >= u·(1 + u)^n
-// (n <= 31), as n·2^-150·(1 + u)^n < 2^-145. Overflow: when RU(u'·W')·B < 2^100, W·B < 2^124 and so
-// T = Σ|p_i| <= W·B: every product, partial sum and s ± e is below 2^126 and finite. Otherwise e = +∞, which
-// declines. The test then reads as in binary64: RNb(RD(s - e)) == RNb(RU(s + e)) proves RNb(S), and an exact
-// zero S is declined (e > 0 always). e is about 2^-24·W·B, so sums within that of a bf16 rounding boundary are
-// declined: about 1 output in 500 on the bench's randn-like data at H = 4 (1 in 280 of the unit test's sums of
-// 1 to 17 terms); callers take those to the binary64 test and, past that, to the certified path. Finite values
-// and weights only.
+// k-th off by δ_k with |δ_k| <= u·|p_k + s_(k-1)| + 2^-150 and also |δ_k| <= u·|s_k| + 2^-150 (u = 2^-24;
+// 2^-150 is half of binary32's subnormal spacing; the second form because |s_k| >= 2^E where 2^E <= the exact
+// value's magnitude, so u·|s_k| is at least half a unit there). S - s_n = -Σ δ_k. The chain's first m steps
+// (the head) are bounded a priori: while nothing overflows, the errors so far enter each later step (at most a
+// factor (1 + u)^m) and the k-th exact result is at most Σ_(i<=k)|p_i| besides, so
+//   Σ_(k<=m) |δ_k| <= (u·Σ_(i<=m) (m + 1 - i)·|p_i| + m·2^-150)·(1 + u)^m <= (u·W·B + m·2^-150)·(1 + u)^m,
+// with W = Σ_(i<=m) (m + 1 - i)·|a_i| (the earlier terms pass through more roundings) and B = max|b_i|; the
+// remaining steps m < k <= n (the tail) by the partial sums themselves, Σ_(k>m) (u·|s_k| + 2^-150). So
+//   e = RU(RU(u'·W')·B) + 2^-145 + Σ_(k>m) u·|s_k|   (each addition rounded up, bound_step)
+// bounds |S - s| for W' >= W (a sum rounded up) and u' = u·(1 + 2^-16) >= u·(1 + u)^m (m <= 31), as
+// n·2^-150·(1 + u)^n < 2^-145. Overflow: when RU(u'·W')·B < 2^100, W·B < 2^124 and so every head product and
+// partial sum is below 2^125 and finite; otherwise the head's e is +∞. A tail partial sum that overflows makes e
+// +∞ (and every later s_k is ±∞: the products are finite), so a finite e means a chain without overflow. Either
+// +∞ declines: s ± e are ±∞ or NaN, whose roundings differ. The test then reads as in binary64: RNb(RD(s - e)) ==
+// RNb(RU(s + e)) proves RNb(S), and an exact zero S is declined (e > 0 always). m = n (no tail) is the plain
+// a-priori bound, about 2^-24·W·B: sums within that of a bf16 rounding boundary are declined, about 1 output in
+// 500 on the bench's randn-like data at H = 4 (1 in 280 of the unit test's sums of 1 to 17 terms). Declines come
+// mostly from cancellation (a small S next to large products), where the tail's own partial sums are small, so
+// every tail step (one more FFMA.RP per output) settles more: scripts/sim_forward_declines.py has the rates.
+// Callers take what is declined to the binary64 test and, past that, to the certified path. Finite values and
+// weights only.
 inline constexpr float kChainError32 = float(1.0 + 0x1p-16) * 0x1p-24f;
 
-// u'·W' for the weights a_0..a_(n-1) in the chain's order: the weights' half of e, once per token and output.
-MHC_HD float exact_error32_weight(const float* a, int n) {
+// u'·W' for the head's weights a_0..a_(m-1) in the chain's order: the weights' half of e, once per token and
+// output (0 for an empty head).
+MHC_HD float exact_error32_weight(const float* a, int m) {
   float sum = 0.0f;
-  for (int i = 0; i < n; ++i) sum = add_ru32(sum, mul_ru32(float(n - i), std::fabs(a[i])));
+  for (int i = 0; i < m; ++i) sum = add_ru32(sum, mul_ru32(float(m - i), std::fabs(a[i])));
   return mul_ru32(sum, kChainError32);
 }
 
-// e from the weights' half and B (the values' largest magnitude), +∞ where the chain could overflow or either
-// half is NaN or infinite.
+// The head's e from the weights' half and B (the values' largest magnitude), +∞ where the chain could overflow or
+// either half is NaN or infinite.
 MHC_HD float exact_error32(float error_weight, float max_value) {
   const float e = mul_ru32(error_weight, max_value);
   return e < 0x1p100f ? add_ru32(e, 0x1p-145f) : HUGE_VALF;
@@ -134,18 +143,22 @@ MHC_HD float exact_error32(float error_weight, float max_value) {
 
 struct ExactBf16Filter32 {
   float s = 0.0f;
+  float e = 0.0f;  // the bound: the head's (exact_error32), set by the caller, then grown by each tail step
 
   MHC_HD void first(float a, float b) { s = mul_rn32(a, b); }
   MHC_HD void add(float a, float b) { s = fma_rn32(a, b, s); }
+  // Closes a tail step (after first() or add()): its rounding errs by at most u·|s_k| (+ 2^-150, in the head's
+  // 2^-145), added to e rounded up.
+  MHC_HD void bound_step() { e = fma_ru32(std::fabs(s), 0x1p-24f, e); }
 
-  // The interval's roundings for two sums with the same e, packed like a chunk's pair of elements (`high` is
-  // the odd one): S_high and S_low are proven when the two words agree.
-  MHC_HD static void bounds_pair(const ExactBf16Filter32& high, const ExactBf16Filter32& low, float e, uint32_t& lo,
+  // The interval's roundings for two sums, packed like a chunk's pair of elements (`high` is the odd one):
+  // S_high and S_low are proven when the two words agree.
+  MHC_HD static void bounds_pair(const ExactBf16Filter32& high, const ExactBf16Filter32& low, uint32_t& lo,
                                  uint32_t& hi) {
-    hi = round_to_bf16x2_rne(add_ru32(high.s, e), add_ru32(low.s, e));
-    lo = round_to_bf16x2_rne(add_rd32(high.s, -e), add_rd32(low.s, -e));
+    hi = round_to_bf16x2_rne(add_ru32(high.s, high.e), add_ru32(low.s, low.e));
+    lo = round_to_bf16x2_rne(add_rd32(high.s, -high.e), add_rd32(low.s, -low.e));
   }
-  MHC_HD bool bf16(float e, bf16_bits& out) const {
+  MHC_HD bool bf16(bf16_bits& out) const {
     const bf16_bits hi = round_to_bf16_rne(add_ru32(s, e));
     out = hi;
     return round_to_bf16_rne(add_rd32(s, -e)) == hi;

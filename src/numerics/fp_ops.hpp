@@ -146,6 +146,23 @@ MHC_HD float mul_ru32(float a, float b) {
 #endif
 }
 
+// RU32(a·b + c), one rounding upwards: the binary32 filter's per-element bound. On the host a·b is exact in
+// binary64 and TwoSum gives its sum with c as t + err exactly; RN32(t) is then RU32 of the exact value, or one
+// step below it when it fell below t or equals t with err > 0 (t is a binary64 between two binary32 values,
+// so RN32(t) > t already lies above t + err). An exact zero is +0 unless both parts are -0 (IEEE's RU).
+MHC_HD float fma_ru32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_ru(a, b, c);
+#else
+  const double p = double(a) * double(b);
+  double t, err;
+  two_sum(p, double(c), t, err);
+  if (t == 0.0) return std::signbit(p) && std::signbit(c) ? -0.0f : 0.0f;
+  const float f = static_cast<float>(t);
+  return double(f) < t || (double(f) == t && err > 0.0) ? std::nextafter(f, HUGE_VALF) : f;
+#endif
+}
+
 MHC_HD uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);

@@ -336,7 +336,11 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 // each warp finishes its own after storing its chunks: the owners stage their declined pairs of elements, with
 // the pairs' input words, in shared memory, and the warp's lanes take one element each (two lanes per pair,
 // finish_staged_element: the binary64 test, the certified path where that declines too), overwriting what the
-// owner stored, once per two tokens where the warp has two (forward_exact_grid: 0.32 -> 0.31 ms). At H = 8
+// owner stored, once per two tokens where the warp has two (forward_exact_grid: 0.32 -> 0.31 ms). Before staging,
+// each owner lane retests its declined pairs with a tighter binary32 bound (retest_declined), which leaves about
+// one in seven of them for the round and about one warp-token in four with anything to stage (session 15:
+// 0.3116-0.3179 -> 0.3080-0.3100 ms). A bound that tight in the main loop (one more FFMA per chain step) cost
+// what it saved there (0.314-0.316 ms), as did proving the rest in the owner lane instead of a round. At H = 8
 // (nine terms, 72 weights: the outputs in blocks, about 1 output in 200 declined) this was slower than the
 // binary64 filter of forward_kernel (0.73 against 0.46 ms at 8192 x 8 x 4096), which H = 8 keeps.
 
@@ -451,6 +455,51 @@ __device__ __forceinline__ int stage_warp_pairs(const InputsView& in, bf16_bits*
   return staged;
 }
 
+// The owner lane's second binary32 test of its declined pairs (`declined`, bit kPairsPerChunk·ho + j): the same
+// chains, each step bounded by its own partial sum instead (ExactBf16Filter32 with the whole chain as its
+// tail), which declines about 1 output in 3200 instead of 1 in 480 (scripts/sim_forward_declines.py: the
+// first test's bound is loose exactly where the sum cancels). A pair it proves is stored over the owner's
+// word; the rest are returned for the warp's round. The weights are read again (L1) rather than kept in
+// registers across the stores, which spilled 52 bytes. Finite inputs only, as the first test (a NaN would make
+// e NaN and both ends equal): cuda::forward sends slabs with a NaN or an infinity to the generic kernels.
+template <int HC>
+__device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_t s, int64_t d0, const Chunk& xc,
+                                                    const Chunk* rc, uint32_t declined, bf16_bits* out) {
+  const int64_t D = in.shape.D;
+  bf16_bits* rows = out + s * HC * D + d0;
+  uint32_t left = declined;
+  for (uint32_t m = declined; m != 0; m &= m - 1) {
+    const int bit = __ffs(m) - 1, ho = bit / kPairsPerChunk, j = bit % kPairsPerChunk;
+    const uint32_t xw = chunk_word(xc, j);
+    uint32_t rw[HC];
+    float c[HC];
+#pragma unroll
+    for (int k = 0; k < HC; ++k) rw[k] = chunk_word(rc[k], j), c[k] = __ldg(in.comb + (s * HC + k) * HC + ho);
+    const float p = __ldg(in.post + s * HC + ho);
+    ExactBf16Filter32 f[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      f[half].e = exact_error32(0.0f, 0.0f);  // no head: 2^-145
+      f[half].first(c[0], bf16_to_float(static_cast<bf16_bits>(rw[0] >> (16 * half))));
+      f[half].bound_step();
+#pragma unroll
+      for (int k = 1; k < HC; ++k) {
+        f[half].add(c[k], bf16_to_float(static_cast<bf16_bits>(rw[k] >> (16 * half))));
+        f[half].bound_step();
+      }
+      f[half].add(p, bf16_to_float(static_cast<bf16_bits>(xw >> (16 * half))));
+      f[half].bound_step();
+    }
+    uint32_t lo, hi;
+    ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
+    if (lo == hi) {
+      *reinterpret_cast<uint32_t*>(rows + ho * D + 2 * j) = hi;
+      left &= ~(1u << bit);
+    }
+  }
+  return left;
+}
+
 template <int HC>
 __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
     forward_exact_kernel(InputsView in, bf16_bits* out, FallbackList fb) {
@@ -513,13 +562,14 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
         ExactBf16Filter32 f[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+          f[half].e = error[ho];
           f[half].first(comb[0][ho], rv[half][0]);
 #pragma unroll
           for (int k = 1; k < HC; ++k) f[half].add(comb[k][ho], rv[half][k]);
           f[half].add(post[ho], xv[half]);
         }
         uint32_t lo, hi;
-        ExactBf16Filter32::bounds_pair(f[1], f[0], error[ho], lo, hi);
+        ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
         oc[ho].w[j] = hi;
         declined |= (lo != hi ? 1u : 0u) << (kPairsPerChunk * ho + j);
       }
@@ -528,6 +578,8 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
 #pragma unroll
       for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
     if (!active) declined = 0;
+    if (__any_sync(kFullMask, declined != 0) && declined != 0)
+      declined = retest_declined<HC>(in, s, d0, xc, rc, declined, out);
     if (__any_sync(kFullMask, declined != 0))
       staged = stage_warp_pairs<HC>(in, out, fb, s, c - lane, declined, xc, rc, staging[threadIdx.x / kReduceLanes],
                                     staged);
