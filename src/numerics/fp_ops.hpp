@@ -147,9 +147,10 @@ MHC_HD float mul_ru32(float a, float b) {
 }
 
 // RU32(a·b + c), one rounding upwards: the binary32 filter's per-element bound. On the host a·b is exact in
-// binary64 and TwoSum gives its sum with c as t + err exactly; RN32(t) is then RU32 of the exact value, or one
-// step below it when it fell below t or equals t with err > 0 (t is a binary64 between two binary32 values,
-// so RN32(t) > t already lies above t + err). An exact zero is +0 unless both parts are -0 (IEEE's RU).
+// binary64, and TwoSum splits its sum with c exactly into t + err (|err| at most half a binary64 unit of t).
+// f = RN32(t) is the answer when it lies above t (then also above t + err: f is a binary64 too), or equals t
+// with err <= 0; otherwise (below t, or equal with err > 0) the binary32 after it is. An exact zero is +0 unless
+// both parts are -0 (IEEE's rounding upwards).
 MHC_HD float fma_ru32(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_ru(a, b, c);
