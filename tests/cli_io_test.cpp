@@ -111,7 +111,9 @@ TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
       "     results={'k': {'out': r, 'grad_post': torch.tensor([[0.1]])}})\n";
   std::ofstream(dir.file("dump.py")) << script;
   ASSERT_EQ(std::system(("/usr/bin/python3 " + dir.file("dump.py") + " " + dir.file("py.h5")).c_str()), 0);
-  const Inputs in = io::read_inputs(dir.file("py.h5"));
+  io::ReadOptions specials;
+  specials.allow_nonfinite = true;  // the dump holds an infinity and a NaN on purpose
+  const Inputs in = io::read_inputs(dir.file("py.h5"), specials);
   EXPECT_EQ(first_bit_difference(in.x, std::vector<uint16_t>{0x3fc0, 0xbf80, 0x4049, 0x0001}), -1);
   EXPECT_EQ(in.residual[0], 0x8000);  // -0
   EXPECT_EQ(in.residual[1], 0x7f80);  // inf
@@ -125,7 +127,7 @@ TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
   float gp = 0;
   tf.read_f32("/results/k/grad_post", 0, 1, &gp);
   EXPECT_EQ(gp, 0.1f);
-  CliResult r = run_cli(dir, "run py.h5 -o res.h5 --policies fp32-seeded");
+  CliResult r = run_cli(dir, "run py.h5 -o res.h5 --policies fp32-seeded --allow-nonfinite");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
@@ -191,15 +193,35 @@ TEST_F(CliIo, NonBf16ValuesInBf16Slot) {
   EXPECT_NE(r.err.find("rounded 1 input values"), std::string::npos) << r.err;
 }
 
-TEST_F(CliIo, NanAndInfInputsAreAllowedButCounted) {
-  inputs.x[3] = 0x7fc0;      // NaN
+// NaN and infinities in the inputs are bad input (exit 2, the dataset and the first one's place named) for
+// every command that reads /inputs, unless --allow-nonfinite lets them through, counted.
+TEST_F(CliIo, NanAndInfInputsAreRefusedUnlessAllowed) {
+  inputs.x[3] = 0x7fc0;      // NaN: token 0, d 3
   inputs.residual[5] = 0xff80;  // -inf
   inputs.comb[1] = std::numeric_limits<float>::infinity();
   write_inputs(dir.file("nan.h5"), inputs);
-  CliResult r = run_cli(dir, "run nan.h5 -o out.h5 --policies fp32-seeded");
+  expect_refused("run nan.h5 -o out.h5 --policies fp32-seeded", {"nan.h5", "/inputs/x", "a NaN", "[0,3]", "--allow-nonfinite"});
+  expect_refused("explain nan.h5 --at 0,0,3", {"/inputs/x", "--allow-nonfinite"});
+  expect_refused("compare policy:hf policy:exact --inputs nan.h5", {"/inputs/x", "--allow-nonfinite"});
+  expect_refused("golden regen nan.h5 -o golden.h5", {"/inputs/x", "--allow-nonfinite"});
+  // comb alone: the fp32 slots are checked too.
+  inputs.x[3] = 0x3f80;
+  inputs.residual[5] = 0x3f80;
+  write_inputs(dir.file("inf.h5"), inputs);
+  expect_refused("run inf.h5 -o out.h5 --policies fp32-seeded", {"/inputs/comb", "an infinity", "--allow-nonfinite"});
+
+  inputs.x[3] = 0x7fc0;
+  inputs.residual[5] = 0xff80;
+  write_inputs(dir.file("nan.h5"), inputs);
+  CliResult r = run_cli(dir, "run nan.h5 -o out.h5 --policies fp32-seeded --allow-nonfinite");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("1 NaN and 2 Inf"), std::string::npos) << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir.file("out.h5")));
+  r = run_cli(dir, "golden regen nan.h5 -o golden.h5 --policies fp32-seeded --allow-nonfinite");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The golden file's own inputs were accepted when it was made: check reads them without the flag.
+  r = run_cli(dir, "golden check policy:fp32-seeded --golden golden.h5");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(CliIo, TruncatedFile) {

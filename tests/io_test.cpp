@@ -51,11 +51,22 @@ TEST(Store, ReadsBf16FloatTypeBitExactIncludingSpecialValues) {
   std::copy(kSpecialBf16.begin(), kSpecialBf16.end(), r.residual.begin() + 7);
   write_inputs(dir.file("in.h5"), r);
   io::InputCensus census;
-  io::InputReader reader(dir.file("in.h5"));
+  io::ReadOptions specials;
+  specials.allow_nonfinite = true;
+  io::InputReader reader(dir.file("in.h5"), specials);
   const Inputs got = reader.read_slab(0, 5, &census);
   expect_same_inputs(r, got, true);
   EXPECT_EQ(census.nan_count, 2);  // 0x7fc1 in x and in residual
   EXPECT_EQ(census.inf_count, 4);  // ±inf in x and in residual
+  // Without --allow-nonfinite the first special value refuses the file, named by dataset and element.
+  try {
+    io::InputReader(dir.file("in.h5")).read_slab(0, 5);
+    ADD_FAILURE() << "a NaN or infinity must be refused by default";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("/inputs/x"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--allow-nonfinite"), std::string::npos) << msg;
+  }
 }
 
 TEST(Store, ReadsUint16BitsWithDtypeAttributeBitExact) {
@@ -69,7 +80,9 @@ TEST(Store, ReadsUint16BitsWithDtypeAttributeBitExact) {
     f.f32("/inputs/post", {4, 2}, r.post);
     f.f32("/inputs/comb", {4, 2, 2}, r.comb);
   }
-  expect_same_inputs(r, io::read_inputs(dir.file("in.h5")), false);
+  io::ReadOptions specials;
+  specials.allow_nonfinite = true;
+  expect_same_inputs(r, io::read_inputs(dir.file("in.h5"), specials), false);
 }
 
 TEST(Store, ReadsFloat32AndFloat64HoldingExactBf16Values) {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "input_cli.hpp"
 #include "investigate/sources.hpp"
 #include "policy/policy_file.hpp"
 
@@ -10,9 +11,9 @@ namespace mhc::cli {
 
 void add_explain_command(CLI::App& app, CommandContext&) {
   struct Args {
-    std::string input, at, policies = "all", format = "text", comb_layout = "src,dst";
+    std::string input, at, policies = "all", format = "text";
     std::vector<std::string> policy_files;
-    bool round_inputs = false;
+    InputReadCli read;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("explain", "trace one output element through every policy, rounding step by step");
@@ -21,14 +22,9 @@ void add_explain_command(CLI::App& app, CommandContext&) {
   cmd->add_option("--policies", args->policies, "all, or a comma-separated list of policies/aliases")->capture_default_str();
   cmd->add_option("--policy-file", args->policy_files, "a user policy (docs/policy-file.md); repeatable");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
-  cmd->add_option("--comb-layout", args->comb_layout, "orientation of comb in the input: src,dst or dst,src")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}))
-      ->capture_default_str();
-  cmd->add_flag("--round-inputs", args->round_inputs, "round float32/float64 inputs that are not exactly bf16");
+  add_input_read_options(cmd, args->read);
   cmd->callback([args] {
-    io::ReadOptions read;
-    read.comb_layout = args->comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
-    read.round_inputs = args->round_inputs;
+    const io::ReadOptions read = args->read.options();
     const auto policies = resolve_policies(args->policies, args->policy_files);
     const auto e = investigate::explain_file(args->input, investigate::parse_element_at(args->at), policies, read);
     const std::string out =

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "input_cli.hpp"
 #include "investigate/extract.hpp"
 #include "policy/policy_file.hpp"
 
@@ -14,10 +15,10 @@ namespace mhc::cli {
 
 void add_extract_command(CLI::App& app, CommandContext&) {
   struct Args {
-    std::string candidate, reference, inputs, output, comb_layout = "src,dst";
+    std::string candidate, reference, inputs, output;
     std::vector<std::string> policy_files;
     investigate::ExtractOptions o;
-    bool round_inputs = false;
+    InputReadCli read;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("extract", "write the K worst tokens of a comparison into a small standalone file");
@@ -28,14 +29,10 @@ void add_extract_command(CLI::App& app, CommandContext&) {
   cmd->add_option("-o,--output", args->output, "the repro file (written atomically)")->required();
   cmd->add_option("--policy-file", args->policy_files, "a user policy usable as policy:NAME; repeatable");
   cmd->add_option("--threads", args->o.threads, "CPU threads for policy: sides (0: all)")->capture_default_str();
-  cmd->add_option("--comb-layout", args->comb_layout, "orientation of comb in the input: src,dst or dst,src")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}))
-      ->capture_default_str();
-  cmd->add_flag("--round-inputs", args->round_inputs, "round float32/float64 inputs that are not exactly bf16");
+  add_input_read_options(cmd, args->read);
   cmd->callback([args] {
     investigate::ExtractOptions o = args->o;
-    o.read.comb_layout = args->comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
-    o.read.round_inputs = args->round_inputs;
+    o.read = args->read.options();
     const auto user = resolve_policies("", args->policy_files);
     const auto cand = investigate::resolve_out_source(args->candidate, user);
     const auto ref = investigate::resolve_out_source(args->reference, user);

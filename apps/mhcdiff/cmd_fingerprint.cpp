@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "input_cli.hpp"
 #include "investigate/sources.hpp"
 #include "policy/policy_file.hpp"
 
@@ -14,11 +15,11 @@ namespace mhc::cli {
 
 void add_fingerprint_command(CLI::App& app, CommandContext& ctx) {
   struct Args {
-    std::string input, candidate, format = "text", comb_layout = "src,dst";
+    std::string input, candidate, format = "text";
     std::vector<std::string> policy_files;
     investigate::FingerprintOptions o;
     int top = 10;
-    bool round_inputs = false;
+    InputReadCli read;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("fingerprint", "find the rounding policy variant that produced a candidate output");
@@ -36,14 +37,9 @@ void add_fingerprint_command(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->capture_default_str();
-  cmd->add_option("--comb-layout", args->comb_layout, "orientation of comb in the input: src,dst or dst,src")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}))
-      ->capture_default_str();
-  cmd->add_flag("--round-inputs", args->round_inputs, "round float32/float64 inputs that are not exactly bf16");
+  add_input_read_options(cmd, args->read);
   cmd->callback([args, &ctx] {
-    io::ReadOptions read;
-    read.comb_layout = args->comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
-    read.round_inputs = args->round_inputs;
+    const io::ReadOptions read = args->read.options();
     investigate::FingerprintOptions o = args->o;
     const auto user = resolve_policies("", args->policy_files);
     for (const Policy& p : user) o.extra.push_back(investigate::variant_of(p.desc));

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "compare/golden.hpp"
 #include "compare_cli.hpp"
+#include "input_cli.hpp"
 #include "report/numbers.hpp"
 
 namespace mhc::cli {
@@ -17,6 +18,7 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
   golden->require_subcommand(1);
 
   auto regen = std::make_shared<compare::GoldenRegenOptions>();
+  auto regen_read = std::make_shared<InputReadCli>();
   CLI::App* r = golden->add_subcommand("regen", "write inputs + reference outputs + provenance + tolerances atomically");
   r->add_option("input", regen->input, "inputs file (mhcdiff/1 /inputs)")->required();
   r->add_option("-o,--output", regen->output, "golden file to write")->required();
@@ -27,7 +29,9 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
   r->add_flag("--force", regen->force, "overwrite an existing golden file");
   r->add_option("--device", regen->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   r->add_option("--threads", regen->threads, "CPU threads (0 = all)");
-  r->callback([regen, &ctx] {
+  add_input_read_options(r, *regen_read);
+  r->callback([regen, regen_read, &ctx] {
+    regen->read = regen_read->options();
     const compare::GoldenRegenSummary s = compare::golden_regen(*regen);
     fmt::print("wrote {}: reference {}, policies {}, S={} H={} D={}{}\n", regen->output, s.reference,
                fmt::join(s.policies, ","), s.shape.S, s.shape.H, s.shape.D, s.backward ? ", with gradients" : "");

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "commands.hpp"
+#include "input_cli.hpp"
 #include "io/errors.hpp"
 #include "run/run.hpp"
 
@@ -43,8 +44,7 @@ class ProgressBar {
 void add_run_command(CLI::App& app, CommandContext&) {
   struct Args {
     run::RunOptions o;
-    std::string comb_layout = "src,dst";
-    bool round_inputs = false;
+    InputReadCli read;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "run rounding policies on an input file and store every output");
@@ -59,17 +59,12 @@ void add_run_command(CLI::App& app, CommandContext&) {
   cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->capture_default_str();
   cmd->add_option("--slab-tokens", args->o.slab_tokens, "tokens per slab (0: about 64 MiB of inputs)")
       ->capture_default_str();
-  cmd->add_option("--comb-layout", args->comb_layout, "orientation of comb in the input: src,dst or dst,src")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}))
-      ->capture_default_str();
-  cmd->add_flag("--round-inputs", args->round_inputs,
-                "round float32/float64 inputs that are not exactly bf16 (or fp32) instead of refusing them");
+  add_input_read_options(cmd, args->read);
   cmd->add_option("--compress", args->o.deflate_level, "shuffle+deflate level 0..9 for the results (0: none)")
       ->capture_default_str();
   cmd->callback([args] {
     run::RunOptions o = args->o;
-    o.read.comb_layout = args->comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
-    o.read.round_inputs = args->round_inputs;
+    o.read = args->read.options();
     std::unique_ptr<ProgressBar> bar;
     if (isatty(STDERR_FILENO) && spdlog::should_log(spdlog::level::info)) {
       bar = std::make_unique<ProgressBar>();
@@ -78,7 +73,7 @@ void add_run_command(CLI::App& app, CommandContext&) {
     const run::RunSummary s = run::run_policies(o);
     bar.reset();
     if (s.census.nan_count || s.census.inf_count)
-      spdlog::warn("{}: the inputs hold {} NaN and {} Inf values (allowed; they propagate to the outputs)", o.input,
+      spdlog::warn("{}: the inputs hold {} NaN and {} Inf values (--allow-nonfinite: they propagate to the outputs)", o.input,
                    s.census.nan_count, s.census.inf_count);
     if (s.census.rounded_count)
       spdlog::warn("{}: --round-inputs rounded {} input values to the nearest bf16/fp32", o.input,

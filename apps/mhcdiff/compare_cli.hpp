@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compare/engine.hpp"
+#include "input_cli.hpp"
 #include "io/errors.hpp"
 #include "report/report.hpp"
 
@@ -36,7 +37,7 @@ struct CompareCliOptions {
   std::vector<std::string> policy_files;
   std::string device = "auto";
   int threads = 0;
-  std::string comb_layout = "src,dst";
+  InputReadCli read;  // how --inputs is read (not offered by golden check: the golden file holds its inputs)
 };
 
 inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_inputs = true) {
@@ -83,9 +84,7 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->capture_default_str();
-  cmd->add_option("--comb-layout", o.comb_layout, "orientation of comb in --inputs")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}))
-      ->capture_default_str();
+  if (with_inputs) add_input_read_options(cmd, o.read);
 }
 
 // "off" / "none" disables a defaulted gate; anything else must be a non-negative number.
@@ -109,7 +108,7 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   c.policy_files = o.policy_files;
   c.device = o.device;
   c.threads = o.threads;
-  c.read.comb_layout = o.comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
+  c.read = o.read.options();
   compare::GateConfig& g = c.gates;
   g = compare::GateConfig{};
   if (auto v = parse_optional_limit("--grad-rel-l2", o.grad_rel_l2))

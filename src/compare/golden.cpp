@@ -209,8 +209,13 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
   opt.mode = "golden check";
   // The golden file carries its own inputs: a policy: candidate, the census and --relative-to use them.
   if (opt.inputs.empty() && (candidate.rfind("policy:", 0) == 0 || !opt.gates.relative_to.empty() ||
-                             opt.gates.needs_census()))
+                             opt.gates.needs_census())) {
     opt.inputs = golden;
+    // As regen stored them: comb as the file declares it, values bf16/fp32 already, and any NaN or infinity
+    // accepted when the golden file was made (regen refuses them without --allow-nonfinite).
+    opt.read = io::ReadOptions{};
+    opt.read.allow_nonfinite = true;
+  }
   const std::string origin = "golden " + golden;
   std::vector<std::string> checked;
   for (const auto& t : spec.tolerances) {

@@ -251,6 +251,22 @@ struct InputReader::Impl {
     }
   }
 
+  // NaN and infinities: refused with the first one's place (SPEC's bad input), or under --allow-nonfinite
+  // counted for the census and let through (they propagate to the outputs; docs/format.md).
+  template <class Value, class IsNan, class IsInf>
+  void check_finite(const InputTensor& t, const std::vector<Value>& values, int64_t s0, InputCensus* census,
+                    IsNan is_nan, IsInf is_inf) const {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const bool nan = is_nan(values[i]), inf = !nan && is_inf(values[i]);
+      if (!nan && !inf) continue;
+      if (!options.allow_nonfinite)
+        fail(fmt::format("dataset /inputs/{} holds {} (first at element {}); pass --allow-nonfinite to run on "
+                         "non-finite inputs",
+                         t.name, nan ? "a NaN" : "an infinity", element_index_text(s0 * t.row_elems + int64_t(i), t, shape)));
+      if (census) ++(nan ? census->nan_count : census->inf_count);
+    }
+  }
+
   void read_bf16_slot(const InputTensor& t, int64_t s0, int64_t count, std::vector<bf16_bits>& out,
                       InputCensus* census) {
     switch (t.kind) {
@@ -277,11 +293,7 @@ struct InputReader::Impl {
       }
       default: fail("internal: unexpected dtype");
     }
-    if (census)
-      for (bf16_bits b : out) {
-        if (bf16_is_nan(b)) ++census->nan_count;
-        else if ((b & 0x7fffu) == 0x7f80u) ++census->inf_count;
-      }
+    check_finite(t, out, s0, census, bf16_is_nan, [](bf16_bits b) { return (b & 0x7fffu) == 0x7f80u; });
   }
 
   void read_f32_slot(const InputTensor& t, int64_t s0, int64_t count, std::vector<float>& out, InputCensus* census) {
@@ -304,11 +316,7 @@ struct InputReader::Impl {
       }
       default: fail("internal: unexpected dtype");
     }
-    if (census)
-      for (float v : out) {
-        if (std::isnan(v)) ++census->nan_count;
-        else if (std::isinf(v)) ++census->inf_count;
-      }
+    check_finite(t, out, s0, census, [](float v) { return std::isnan(v); }, [](float v) { return std::isinf(v); });
   }
 };
 

@@ -29,6 +29,7 @@ struct ReadOptions {
   // has one; dst_src always applies (a writer may have transposed comb yet declared src,dst).
   CombLayout comb_layout = CombLayout::src_dst;
   bool round_inputs = false;                     // allow f32/f64 data that is not exactly bf16 (--round-inputs)
+  bool allow_nonfinite = false;                  // let NaN and infinities through (--allow-nonfinite); refused otherwise
 };
 
 // What was found while reading inputs (reported, never silently dropped).

@@ -1,0 +1,38 @@
+#pragma once
+// Options of every command that reads an /inputs group (run, explain, fingerprint, extract, golden regen and
+// compare's --inputs): comb orientation, rounding of inexact float inputs, non-finite inputs. Declared once so
+// every command spells, documents and applies them identically (docs/format.md, "Validation").
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "io/store.hpp"
+
+namespace mhc::cli {
+
+struct InputReadCli {
+  std::string comb_layout = "src,dst";
+  bool round_inputs = false;
+  bool allow_nonfinite = false;
+
+  io::ReadOptions options() const {
+    io::ReadOptions o;
+    o.comb_layout = comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
+    o.round_inputs = round_inputs;
+    o.allow_nonfinite = allow_nonfinite;
+    return o;
+  }
+};
+
+inline void add_input_read_options(CLI::App* cmd, InputReadCli& o) {
+  cmd->add_option("--comb-layout", o.comb_layout, "orientation of comb in the input: src,dst or dst,src")
+      ->check(CLI::IsMember({"src,dst", "dst,src"}))
+      ->capture_default_str();
+  cmd->add_flag("--round-inputs", o.round_inputs,
+                "round float32/float64 inputs that are not exactly bf16 (or fp32) instead of refusing them");
+  cmd->add_flag("--allow-nonfinite", o.allow_nonfinite,
+                "accept NaN and infinities in the inputs (counted; they propagate to the outputs) instead of "
+                "refusing them");
+}
+
+}  // namespace mhc::cli
