@@ -156,6 +156,23 @@ TEST(Fingerprint, FindsTransposedCombImmediately) {
   EXPECT_EQ(rep.exact_matches.size(), 1u) << names(rep.exact_matches);
 }
 
+// Sampled tokens that cannot tell any variant apart (all zeros, as padding is) must not hide the match: every
+// variant ties at 0 on the sample, and the transposed ones come last in the lattice, past any cap.
+TEST(Fingerprint, FindsTheMatchWhenTheSampleTiesEveryVariant) {
+  Inputs in = cancelling_inputs({16, 4, 64}, 16, true);
+  const int64_t D = in.shape.D;
+  const int H = in.shape.H;
+  FingerprintOptions o = small_options();
+  o.sample_elements = 4 * H * D;  // every 4th token
+  for (int64_t s = 0; s < in.shape.S; s += 4) {
+    std::fill_n(in.x.begin() + s * D, D, bf16_bits{0});
+    std::fill_n(in.residual.begin() + s * H * D, H * D, bf16_bits{0});
+  }
+  const FingerprintReport rep = fingerprint(in.view(), reference(in, true, fp32_seeded_fma).data(), o);
+  ASSERT_EQ(rep.sampled_tokens, 4) << "the sample must be the zero tokens alone for this test to mean anything";
+  expect_first_match(rep, "fp32-seeded-fma", CombOrientation::dst_src);
+}
+
 TEST(Fingerprint, FindsContractionAcrossBf16Cast) {
   const Inputs in = cancelling_inputs({3, 4, 257}, 13);
   const FingerprintReport rep = fingerprint(in.view(), reference(in, false, cast_folded).data(), small_options());

@@ -183,13 +183,15 @@ FingerprintReport fingerprint(const Shape& shape, const SlabSource& source, cons
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return sample_stats[a].mismatched < sample_stats[b].mismatched; });
-  // The best few, and every variant tied with the best on the sample (up to a cap): ties are common where
-  // the inputs cannot tell variants apart, and the full pass then says whether they really are equivalent.
+  // The best few, and every variant tied with the best on the sample: ties are common where the inputs cannot
+  // tell variants apart, and the full pass then says whether they really are equivalent. Ties at a non-zero
+  // count are capped (none of them can match bit for bit); ties at zero are all verified, however many, since
+  // any of them may be the exact match SPEC §6 asks for (tokens of zeros or padding in the sample once hid a
+  // transposed-comb match behind 32 earlier variants).
   size_t n_survivors = std::min(order.size(), size_t(std::max(1, options.survivors)));
   const int64_t best_sample = sample_stats[order.front()].mismatched;
-  while (n_survivors < std::min(order.size(), kMaxTiedSurvivors) &&
-         sample_stats[order[n_survivors]].mismatched == best_sample)
-    ++n_survivors;
+  const size_t tie_cap = best_sample == 0 ? order.size() : std::min(order.size(), kMaxTiedSurvivors);
+  while (n_survivors < tie_cap && sample_stats[order[n_survivors]].mismatched == best_sample) ++n_survivors;
 
   // Stage 2: the survivors on every element, with per-token counts.
   std::vector<Variant> survivors;

@@ -265,7 +265,7 @@ TEST(CudaOperator, LongTokenLoopsMatchCpu) {
   }
 }
 
-// Infinities and NaN in every input (allowed: docs/format.md). The specialised binary64 and exact forwards
+// Infinities and NaN in every input (allowed under --allow-nonfinite: docs/format.md). The specialised binary64 and exact forwards
 // widen by placing bits, which holds for finite values only, so such slabs run the generic kernels; the exact
 // filters must decline (or give NaN for NaN) around them, including at H = 1 where the error factor is 0 and
 // one step's infinite gradient once turned the bound into NaN for its finite neighbours.
