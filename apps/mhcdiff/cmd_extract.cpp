@@ -44,7 +44,9 @@ void add_extract_command(CLI::App& app, CommandContext&) {
     std::string out = fmt::format("wrote {} token(s) of {} to {} (/results/{} vs /results/{}):\n", s.written.size(),
                                   s.source_shape.S, args->output, s.candidate_group, s.reference_group);
     for (const auto& t : s.written)
-      out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token, t.max_ulp, t.mismatched,
+      out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token,
+                         t.max_ulp == investigate::kInfiniteTokenUlp ? std::string("inf") : std::to_string(t.max_ulp),
+                         t.mismatched,
                          s.source_shape.H * s.source_shape.D);
     std::fputs(out.c_str(), stdout);
   });

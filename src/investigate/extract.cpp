@@ -6,17 +6,18 @@
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
+#include "metrics/ulp.hpp"
 
 namespace mhc::investigate {
 
 uint32_t bf16_ulp_distance(bf16_bits a, bf16_bits b) {
-  const bool na = bf16_is_nan(a), nb = bf16_is_nan(b);
-  if (na && nb) return 0;
-  if (na || nb) return UINT32_MAX;
-  // Sign-magnitude bits onto a monotonic integer line; −0 and +0 share a point (SPEC §5: 0 ULP apart).
-  auto ordered = [](bf16_bits v) { return (v & 0x8000u) ? 0x8000 - int32_t(v & 0x7fffu) : 0x8000 + int32_t(v); };
-  const int32_t d = ordered(a) - ordered(b);
-  return uint32_t(d < 0 ? -d : d);
+  if (bf16_is_nan(a) && bf16_is_nan(b)) return 0;
+  if (a == b) return 0;
+  // NaN or an infinity against anything else is infinitely many ULP apart (docs/decisions.md, as compare
+  // ranks it): an overflow to Inf must outrank any finite error.
+  auto finite = [](bf16_bits v) { return (v & 0x7f80u) != 0x7f80u; };
+  if (!finite(a) || !finite(b)) return kInfiniteTokenUlp;
+  return uint32_t(metrics::ulp_distance(a, b, 16));  // −0 and +0 share a point (SPEC §5: 0 ULP apart)
 }
 
 namespace {
@@ -82,8 +83,9 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   Inputs repro;
   repro.shape = {int64_t(tokens.size()), shape.H, shape.D};
   PolicyResult cand_out, ref_out;
+  io::InputCensus census;
   for (int64_t s : tokens) {
-    const Inputs one = reader.read_slab(s, 1);
+    const Inputs one = reader.read_slab(s, 1, &census);
     append_token(repro, one);
     for (auto [src, result] : {std::pair{&candidate, &cand_out}, std::pair{&reference, &ref_out}}) {
       if (src->is_policy && stores_f64(src->policy.desc)) {
@@ -107,11 +109,14 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   io::ResultWriter writer(output, inputs_path);
   writer.declare_inputs(repro.shape, repro.has_grad());
   writer.append_inputs(0, repro);
+  io::InputChecksum checksum;  // of the repro's own inputs, which its result groups were computed from
+  checksum.update(repro);
+  writer.describe_inputs(inputs_path, checksum.hex(), census);
   auto write_side = [&](const OutSource& src, const std::string& group, const PolicyResult& result) {
     Policy p = src.is_policy ? src.policy : Policy{};
     p.name = group;
     if (!src.is_policy) p.models = fmt::format("read from {}:{}", src.path, src.dataset);
-    io::Provenance prov = io::make_provenance(p, "cpu", "");
+    io::Provenance prov = io::make_provenance(p, "cpu", checksum.hex());
     if (!src.is_policy) prov.policy_description = fmt::format("unknown: values read from {}:{}", src.path, src.dataset);
     writer.declare_policy(p, repro.shape, false, prov);
     writer.append_result(group, 0, result);

@@ -32,7 +32,11 @@ struct ExtractSummary {
   std::string candidate_group, reference_group;
 };
 
-// Distance in bf16 ULPs between two bf16 values (the count of representable values between them).
+// A token's max_ulp when one side has NaN or an infinity where the other differs.
+inline constexpr uint32_t kInfiniteTokenUlp = UINT32_MAX;
+
+// Distance in bf16 ULPs between two bf16 values (the count of representable values between them; NaN vs NaN 0,
+// NaN or an infinity against anything else kInfiniteTokenUlp).
 uint32_t bf16_ulp_distance(bf16_bits a, bf16_bits b);
 
 // Writes `output` atomically unless the sides agree on every element (then nothing is written).

@@ -368,6 +368,15 @@ void ResultWriter::set_integer_attribute(const std::string& group, const std::st
   detail::write_int_attribute(group == "/" ? impl_->file.get() : impl_->group(group), name, value);
 }
 
+void ResultWriter::describe_inputs(const std::string& source_file, const std::string& checksum,
+                                   const InputCensus& census) {
+  set_attribute("/inputs", "source_file", source_file);
+  set_attribute("/inputs", "input_checksum", checksum);
+  set_integer_attribute("/inputs", "nan_count", census.nan_count);
+  set_integer_attribute("/inputs", "inf_count", census.inf_count);
+  set_integer_attribute("/inputs", "rounded_count", census.rounded_count);
+}
+
 void ResultWriter::commit() {
   Impl& m = *impl_;
   if (m.committed) throw std::logic_error("ResultWriter::commit called twice");

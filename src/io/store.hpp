@@ -126,6 +126,9 @@ class ResultWriter {
   void set_attribute(const std::string& group, const std::string& name, const std::string& value);
   void set_attribute(const std::string& group, const std::string& name, double value);
   void set_integer_attribute(const std::string& group, const std::string& name, int64_t value);
+  // The /inputs group's provenance (docs/format.md): where the inputs came from, their checksum, and what was
+  // found reading them (NaN and infinities under --allow-nonfinite, values rounded under --round-inputs).
+  void describe_inputs(const std::string& source_file, const std::string& checksum, const InputCensus& census);
 
   void commit();
 

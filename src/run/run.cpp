@@ -88,11 +88,7 @@ RunSummary run_policies(const RunOptions& o) {
       writer.set_integer_attribute(g, "fallback_elements", ps.stats.fallback_elements);
     }
   }
-  writer.set_attribute("/inputs", "source_file", o.input);
-  writer.set_attribute("/inputs", "input_checksum", summary.input_checksum);
-  writer.set_integer_attribute("/inputs", "nan_count", summary.census.nan_count);
-  writer.set_integer_attribute("/inputs", "inf_count", summary.census.inf_count);
-  writer.set_integer_attribute("/inputs", "rounded_count", summary.census.rounded_count);
+  writer.describe_inputs(o.input, summary.input_checksum, summary.census);
   writer.commit();
   summary.seconds_total = seconds_since(t_start);
   return summary;
