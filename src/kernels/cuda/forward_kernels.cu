@@ -399,60 +399,36 @@ __device__ __forceinline__ void finish_staged_element(const InputsView& in, bf16
   out[index] = b;
 }
 
-// A warp's staged pairs (`staged` of them, warp-uniform), finished two lanes per pair, 16 pairs per round.
-// __syncwarp orders the owners' stores and staging before, and the reads before restaging.
+// A warp's staged pairs (`staged` of them, warp-uniform), finished two lanes per pair.
 template <int HC>
 __device__ __forceinline__ void finish_staged_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
                                                     int64_t first_chunk, int staged, const uint32_t* staging) {
-  const int lane = threadIdx.x % kReduceLanes;
-  __syncwarp();
-  for (int first = 0; first < staged; first += kReduceLanes / 2) {
-    const int pair = first + lane / 2;
-    if (pair < staged) finish_staged_element<HC>(in, out, fb, first_chunk, staging + pair * kSlotWords<HC>, lane % 2);
-  }
-  __syncwarp();
+  detail::finish_staged_pairs<kSlotWords<HC>>(staged, staging, [&](const uint32_t* slot, int e) {
+    finish_staged_element<HC>(in, out, fb, first_chunk, slot, e);
+  });
 }
 
 // Stages the pairs a warp's first test declined for token s (`declined` per lane, bit kPairsPerChunk·ho + j;
-// the lane's chunk is first_chunk + lane) after the `staged` ones already waiting, in lane order, finishing
-// what is staged whenever all 32 slots are taken and more remain; returns how many wait. A warp finishes its
-// pairs once per two tokens where it has two (about four pairs at H = 4, the cost of one round of two).
+// the lane's chunk is first_chunk + lane) after the `staged` ones already waiting, finishing what is staged
+// whenever all 32 slots are taken and more remain; returns how many wait. A warp finishes its pairs once per
+// two tokens where it has two (about four pairs at H = 4, the cost of one round of two).
 template <int HC>
 __device__ __forceinline__ int stage_warp_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
                                                 int64_t s, int64_t first_chunk, uint32_t declined, const Chunk& xc,
                                                 const Chunk* rc, uint32_t* staging, int staged) {
   const int lane = threadIdx.x % kReduceLanes;
-  int before = __popc(declined);  // inclusive, then exclusive, prefix of the lanes' counts
+  return detail::stage_warp_pairs(
+      declined, staged,
+      [&](int bit, int i) {
+        const int j = bit % kPairsPerChunk;
+        uint32_t* slot = staging + i * kSlotWords<HC>;
+        slot[0] = static_cast<uint32_t>(bit / kPairsPerChunk << 8 | lane << 2 | j);
+        slot[1] = static_cast<uint32_t>(s);
+        slot[2] = chunk_word(xc, j);
 #pragma unroll
-  for (int offset = 1; offset < kReduceLanes; offset *= 2) {
-    const int below = __shfl_up_sync(kFullMask, before, offset);
-    if (lane >= offset) before += below;
-  }
-  const int total = __shfl_sync(kFullMask, before, kReduceLanes - 1);
-  before -= __popc(declined);
-  if (staged + total > kReduceLanes) {
-    finish_staged_pairs<HC>(in, out, fb, first_chunk, staged, staging);
-    staged = 0;
-  }
-  for (int round = 0; round < total; round += kReduceLanes) {
-    int position = before;
-    for (uint32_t m = declined; m != 0 && position < round + kReduceLanes; m &= m - 1, ++position) {
-      if (position < round) continue;
-      const int bit = __ffs(m) - 1, j = bit % kPairsPerChunk;
-      uint32_t* slot = staging + (staged + position - round) * kSlotWords<HC>;
-      slot[0] = static_cast<uint32_t>(bit / kPairsPerChunk << 8 | lane << 2 | j);
-      slot[1] = static_cast<uint32_t>(s);
-      slot[2] = chunk_word(xc, j);
-#pragma unroll
-      for (int k = 0; k < HC; ++k) slot[3 + k] = chunk_word(rc[k], j);
-    }
-    staged += min(total - round, kReduceLanes);
-    if (staged == kReduceLanes && round + kReduceLanes < total) {
-      finish_staged_pairs<HC>(in, out, fb, first_chunk, staged, staging);
-      staged = 0;
-    }
-  }
-  return staged;
+        for (int k = 0; k < HC; ++k) slot[3 + k] = chunk_word(rc[k], j);
+      },
+      [&](int n) { finish_staged_pairs<HC>(in, out, fb, first_chunk, n, staging); });
 }
 
 // The owner lane's second binary32 test of its declined pairs (`declined`, bit kPairsPerChunk·ho + j): the same

@@ -179,6 +179,58 @@ __device__ __forceinline__ ExactAccumulator warp_tree_merge(ExactAccumulator acc
   return acc;
 }
 
+// ---- A warp's declined pairs of elements, staged and finished by the warp -----------------------------------
+// The exact kernels' binary32 first tests decline a few pairs of bf16 elements per warp; finishing each where it
+// arose would leave the other lanes idle (docs/cuda.md). So the owner lanes stage their pairs, each in a slot of
+// kSlotWords words of the warp's shared memory, and the warp finishes them together, two lanes per pair.
+
+// The staged pairs (`staged` of them, warp-uniform): lane l finishes element l mod 2 of pair l / 2, 16 pairs
+// per round, by `element(slot, e)`. __syncwarp orders the owners' stores and staging before, and the reads
+// before restaging.
+template <int kSlotWords, class Element>
+__device__ __forceinline__ void finish_staged_pairs(int staged, const uint32_t* staging, Element&& element) {
+  const int lane = threadIdx.x % kReduceLanes;
+  __syncwarp();
+  for (int first = 0; first < staged; first += kReduceLanes / 2) {
+    const int pair = first + lane / 2;
+    if (pair < staged) element(staging + pair * kSlotWords, lane % 2);
+  }
+  __syncwarp();
+}
+
+// Stages the pairs of `declined` (per lane, one bit per pair) after the `staged` ones already waiting, in lane
+// order: `fill(bit, i)` writes that pair into slot i of the warp's staging, and `finish(staged)` (finish_staged_pairs) runs whenever all
+// 32 slots are taken and more remain. Returns how many wait (warp-uniform).
+template <class Fill, class Finish>
+__device__ __forceinline__ int stage_warp_pairs(uint32_t declined, int staged, Fill&& fill, Finish&& finish) {
+  const int lane = threadIdx.x % kReduceLanes;
+  int before = __popc(declined);  // inclusive, then exclusive, prefix of the lanes' counts
+#pragma unroll
+  for (int offset = 1; offset < kReduceLanes; offset *= 2) {
+    const int below = __shfl_up_sync(kFullMask, before, offset);
+    if (lane >= offset) before += below;
+  }
+  const int total = __shfl_sync(kFullMask, before, kReduceLanes - 1);
+  before -= __popc(declined);
+  if (staged + total > kReduceLanes) {
+    finish(staged);
+    staged = 0;
+  }
+  for (int round = 0; round < total; round += kReduceLanes) {
+    int position = before;
+    for (uint32_t m = declined; m != 0 && position < round + kReduceLanes; m &= m - 1, ++position) {
+      if (position < round) continue;
+      fill(__ffs(m) - 1, staged + position - round);
+    }
+    staged += min(total - round, kReduceLanes);
+    if (staged == kReduceLanes && round + kReduceLanes < total) {
+      finish(staged);
+      staged = 0;
+    }
+  }
+  return staged;
+}
+
 // ---- Launch helpers ----------------------------------------------------------------------------------------
 
 // The current device's multiprocessors (asked once per process: mhcdiff uses one device).
