@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <ostream>
@@ -296,6 +297,45 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
   in.x[1500 * D + 64] = round_to_bf16_rne(-inf);
   in.residual[(1600 * 4 + 1) * D + 9] = round_to_bf16_rne(nan);
   expect_exact_without_twins_identical(in, "non-finite, S=1700 H=4");
+}
+
+// The stream32 experiment (MHCDIFF_CUDA_BACKWARD=stream32; backward_kernels.cu, docs/performance.md "What is
+// still open"): the compact exact backward's ∂x / ∂residual by a binary32 first test, the owner lane's retest and
+// the warp's rounds at the token's end. Off by default; tested here so that a device session times only a
+// variant that already matches the CPU bit for bit. The compact kernel runs from 12 tokens per multiprocessor
+// (S = 1700 on an H200); D = 1032 gives the lanes different step counts; the planted tokens decline whole
+// chunks (token 7: every element a bf16 tie, more pairs than a lane's slots); token 9's binary32 chains
+// overflow (products near the bf16 maximum) while the exact sums are 0; a slab with a NaN or an infinity must
+// keep the binary64 filter.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "stream32");
+  ASSERT_TRUE(cuda::backward_stream32_requested());
+  for (const Shape& sh : {Shape{1700, 4, 1032}, Shape{1700, 4, 4096}})
+    for (bool wide : {false, true}) {
+      Inputs in = random_inputs(sh, 1100 + sh.D + wide, wide);
+      plant_midpoints(in);
+      const int64_t D = in.shape.D;
+      for (int h = 0; h < 4; ++h) {
+        in.post[9 * 4 + h] = h % 2 ? -2.0f : 2.0f;
+        for (int k = 0; k < 4; ++k) in.comb[(9 * 4 + k) * 4 + h] = h % 2 ? -2.0f : 2.0f;
+      }
+      for (int64_t i = 9 * 4 * D; i < 10 * 4 * D; ++i) in.grad_out[i] = 0x7f7f;  // the largest finite bf16
+      expect_exact_without_twins_identical(in, fmt::format("stream32, D={} wide={}", D, wide));
+    }
+  Inputs in = random_inputs(Shape{1700, 4, 1032}, 1709);
+  in.grad_out[(300 * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
+  in.residual[(1200 * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
+  expect_exact_without_twins_identical(in, "stream32, non-finite");
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware

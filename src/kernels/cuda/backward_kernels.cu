@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -209,6 +211,104 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
   }
 }
 
+// ---- Experiment "stream32": ∂x / ∂residual of the compact exact kernel by a binary32 first test -------------
+// Not the default: selected with MHCDIFF_CUDA_BACKWARD=stream32 for slabs whose inputs are all finite, until a
+// device run measures it against the binary64 filter (docs/performance.md, "What is still open"). Each sum
+// Σ_ho w[ho]·g[ho] runs the exact forward's binary32 chain and interval test (ExactBf16Filter32, the a-priori
+// bound from the row's weights and the step's largest |g|); the owner lane retests what that declines with the
+// chain bounded by its own partial sums (as retest_declined in forward_kernels.cu); the pairs still declined
+// wait in the lane's slots and are finished by the warp at the token's end, two lanes per pair (the binary64
+// test, then the certified path). The main loop has no warp-collective step there: its trip count differs by
+// lane when D / 8 is not a multiple of 32.
+
+constexpr int kPairsPerChunk = kChunk / 2;
+// A waiting pair: its stream row, the d of its first element, and its words of the H gradient rows.
+template <int H>
+inline constexpr int kStreamSlotWords = 2 + H;
+// Waiting pairs per lane and token (about one lane in six has one on randn-like data at H = 4); a lane with
+// more finishes the rest itself.
+constexpr int kStreamListSlots = 2;
+
+template <int H>
+__device__ __forceinline__ void fill_stream_slot(uint32_t* slot, int row, int64_t d, const uint32_t* words) {
+  slot[0] = static_cast<uint32_t>(row);
+  slot[1] = static_cast<uint32_t>(d);
+#pragma unroll
+  for (int ho = 0; ho < H; ++ho) slot[2 + ho] = words[ho];
+}
+
+// Element e (0 or 1) of a waiting pair of token s: the binary64 test, the certified path where that declines
+// too (listed for the host when even that cannot certify it); stored over the owner's element. `weights`: the
+// warp's rows' weights, row r at r·H.
+template <int H>
+__device__ __forceinline__ void finish_stream_element(const InputsView& in, const BackwardOutputs& out,
+                                                      const FallbackList& fb, int64_t s, const float* weights,
+                                                      const uint32_t* slot, int e) {
+  const int row = static_cast<int>(slot[0]);
+  const int64_t D = in.shape.D;
+  const int64_t d = int64_t(slot[1]) + e;
+  float w[H], g[H];
+#pragma unroll
+  for (int ho = 0; ho < H; ++ho) {
+    w[ho] = weights[row * H + ho];
+    g[ho] = bf16_to_float(static_cast<bf16_bits>(slot[2 + ho] >> (16 * e)));
+  }
+  const int64_t index = row == 0 ? s * D + d : (s * H + row - 1) * D + d;
+  bf16_bits b;
+  if (!stream_grad_exact_bf16(w, g, H, b)) {
+    const ExactRounded v = stream_grad_exact(w, g, H).result();
+    b = v.bf16();
+    if (!v.certified) push_fallback(fb, row == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
+  }
+  (row == 0 ? out.grad_x : out.grad_residual)[index] = b;
+}
+
+// The owner lane's second test of the pairs the first test declined in its step at d0 (`declined`: bit
+// kPairsPerChunk·r + j for stream row r, pair j): the same chains, each step bounded by its own partial sum
+// (as retest_declined in forward_kernels.cu). A pair it proves is stored over the owner's word; the others go to
+// the lane's slots (`list`, `listed` of them taken; returns the new count), or are finished here when those are
+// taken. Out of line, with the gradient chunks read from the lane's ring slots (grad[ho · 32]), as in
+// finish_stream_grad_step: inlined, the main loop spilled. Finite inputs only (a NaN would make the bound NaN
+// and both ends of the interval equal).
+template <int H>
+__device__ __noinline__ int retest_stream_pairs(const InputsView& in, const BackwardOutputs& out,
+                                                const FallbackList& fb, int64_t s, int64_t d0, const float* weights,
+                                                const uint4* grad, uint32_t declined, uint32_t* list, int listed) {
+  const int64_t D = in.shape.D;
+  for (uint32_t m = declined; m != 0; m &= m - 1) {
+    const int bit = __ffs(m) - 1, r = bit / kPairsPerChunk, j = bit % kPairsPerChunk;
+    uint32_t words[H];
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) words[ho] = chunk_word(chunk_from(grad[ho * kReduceLanes]), j);
+    ExactBf16Filter32 f[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      f[half].e = exact_error32(0.0f, 0.0f);  // no head: 2^-145
+#pragma unroll
+      for (int ho = 0; ho < H; ++ho) {
+        const float g = bf16_to_float(static_cast<bf16_bits>(words[ho] >> (16 * half)));
+        if (ho == 0) f[half].first(weights[r * H], g);
+        else f[half].add(weights[r * H + ho], g);
+        f[half].bound_step();
+      }
+    }
+    uint32_t lo, hi;
+    ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
+    if (lo == hi) {
+      bf16_bits* row = r == 0 ? out.grad_x + s * D : out.grad_residual + (s * H + r - 1) * D;
+      *reinterpret_cast<uint32_t*>(row + d0 + 2 * j) = hi;
+    } else if (listed < kStreamListSlots) {
+      fill_stream_slot<H>(list + listed++ * kStreamSlotWords<H>, r, d0 + 2 * j, words);
+    } else {
+      uint32_t own[kStreamSlotWords<H>];
+      fill_stream_slot<H>(own, r, d0 + 2 * j, words);
+      finish_stream_element<H>(in, out, fb, s, weights, own, 0);
+      finish_stream_element<H>(in, out, fb, s, weights, own, 1);
+    }
+  }
+  return listed;
+}
+
 // ---- Backward, specialised: warps per token, a cp.async ring in shared memory ------------------------------
 // A token's H + 1 stream rows (row 0: x, for ∂x and ∂post; row 1 + hi: residual[hi], for ∂residual[hi] and
 // ∂comb[hi, ·]) are shared by G warps (kTokenWarps), R = (H + 1) / G consecutive rows each; every warp also
@@ -300,10 +400,11 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kStream32 = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
+  static_assert(!kStream32 || (M == Mode::exact && kCompact && G == 1), "stream32 is a variant of the compact kernel");
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
@@ -367,9 +468,23 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
     if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
-    // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0.
-    constexpr bool kSharedRowWeights = M == Mode::exact && kCompact;
+    // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0 (stream32:
+    // the binary32 weights and the binary32 test's weight bounds instead).
+    constexpr bool kSharedRowWeights = M == Mode::exact && kCompact && !kStream32;
     __shared__ double row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
+    __shared__ float row_weights32[kStream32 ? kWarps : 1][kStream32 ? R * H + R : 1];
+    if constexpr (kStream32) {
+      __syncwarp();  // the previous token's are read
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int ho = 0; ho < H; ++ho) row_weights32[warp][r * H + ho] = w[r][ho];
+          row_weights32[warp][R * H + r] = exact_error32_weight(w[r], H);
+        }
+      }
+      __syncwarp();
+    }
     if constexpr (kSharedRowWeights) {
       __syncwarp();  // the previous token's are read
       if (lane == 0) {
@@ -392,6 +507,12 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
     }
 
+    // stream32: this lane's pairs waiting for the token's end, in its slots of stream_list.
+    __shared__ uint32_t stream_list[kStream32 ? kWarps : 1]
+                                   [kStream32 ? kReduceLanes * kStreamListSlots * kStreamSlotWords<H> : 1];
+    uint32_t* const lane_list = kStream32 ? &stream_list[warp][lane * kStreamListSlots * kStreamSlotWords<H>] : nullptr;
+    int listed = 0;
+
     for (int64_t i = 0; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
       commit_copies();
@@ -401,8 +522,10 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       Chunk gc[H];
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
-      uint32_t declined = 0;  // exact: nonzero when the filter declined an element of this step
+      uint32_t declined = 0;  // exact: nonzero when the filter declined an element of this step (stream32: the
+                              // declined pairs, bit kPairsPerChunk·r + j)
       double max_value = 0.0;   // exact: the largest magnitude of the step's gradient values
+      float max_g = 0.0f;       // stream32: the same in binary32
       if constexpr (M == Mode::exact) {
         uint32_t pairs = 0;
 #pragma unroll
@@ -415,7 +538,8 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
             pairs = max_magnitude_pairs(gc[ho], pairs);
           }
         }
-        max_value = float_from_bits(max_pair_word(pairs));
+        max_g = float_from_bits(max_pair_word(pairs));
+        max_value = max_g;
       }
       // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
       // Gradient values are widened once (exact) for all the sums that read them.
@@ -426,40 +550,100 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         bf16_bits* dst = row == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + row - 1) * D + d0;
         double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
         if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
-        Chunk oc, lower;  // lower: the filter's lower roundings (exact), packed like oc
-        double error = 0.0;
-        if constexpr (M == Mode::exact)
-          error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
+        Chunk oc;
+        if constexpr (kStream32) {
+          // Pairs of elements by the binary32 test, the ends of both intervals packed (bounds_pair).
+          const float* w32 = &row_weights32[warp][r * H];
+          const float error32 = exact_error32(row_weights32[warp][R * H + r], max_g);
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) {
-          float g[H];
-          T gw[H];
+          for (int j = 0; j < kPairsPerChunk; ++j) {
+            ExactBf16Filter32 f[2];
 #pragma unroll
-          for (int ho = 0; ho < H; ++ho) {
-            g[ho] = chunk_elem(gc[ho], e);
-            gw[ho] = T(g[ho]);
+            for (int half = 0; half < 2; ++half) {
+              const int e = 2 * j + half;
+              float g[H];
+#pragma unroll
+              for (int ho = 0; ho < H; ++ho) g[ho] = chunk_elem(gc[ho], e);
+              f[half].e = error32;
+              f[half].first(w32[0], g[0]);
+#pragma unroll
+              for (int ho = 1; ho < H; ++ho) f[half].add(w32[ho], g[ho]);
+              const float b = chunk_elem(bc, e);
+              const T bw = chunk_scaled(bc, e);
+              value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
+#pragma unroll
+              for (int ho = 0; ho < H; ++ho) acc[r][ho].add_term(T(g[ho]), bw);
+            }
+            uint32_t lo, hi;
+            ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
+            oc.w[j] = hi;
+            declined |= (lo != hi ? 1u : 0u) << (kPairsPerChunk * r + j);
           }
-          bf16_bits lo;
-          const float b = chunk_elem(bc, e);
-          const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
-          if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
-          if constexpr (kSharedRowWeights)
-            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, &row_weights[warp][r * H], g, gw, b, bw, row == 0, acc[r],
-                                                           dst64 ? dst64 + e : nullptr, error, lo));
-          else
-            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
-                                                           dst64 ? dst64 + e : nullptr, error, lo));
-          if constexpr (M == Mode::exact) {
-            chunk_set(lower, e, lo);
-            if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
+        } else {
+          Chunk lower;  // the filter's lower roundings (exact), packed like oc
+          double error = 0.0;
+          if constexpr (M == Mode::exact)
+            error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) {
+            float g[H];
+            T gw[H];
+#pragma unroll
+            for (int ho = 0; ho < H; ++ho) {
+              g[ho] = chunk_elem(gc[ho], e);
+              gw[ho] = T(g[ho]);
+            }
+            bf16_bits lo;
+            const float b = chunk_elem(bc, e);
+            const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
+            if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
+            if constexpr (kSharedRowWeights)
+              chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, &row_weights[warp][r * H], g, gw, b, bw, row == 0, acc[r],
+                                                             dst64 ? dst64 + e : nullptr, error, lo));
+            else
+              chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
+                                                             dst64 ? dst64 + e : nullptr, error, lo));
+            if constexpr (M == Mode::exact) {
+              chunk_set(lower, e, lo);
+              if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
+            }
           }
         }
         store_chunk<true>(dst, kChunk, oc);
       }
-      // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
+      // Declined elements. stream32: retested by the owner lane, the rest left for the token's end. Otherwise
+      // rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
       // in 10^4 on randn data): the step's elements are recomputed out of line over what was just stored, by
       // the filter with per-element bounds and, where it declines, the certified path.
-      if (declined != 0) finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
+      if constexpr (kStream32) {
+        if (declined != 0)
+          listed = retest_stream_pairs<H>(in, out, fb, s, d0, &row_weights32[warp][0], slot + R * kReduceLanes,
+                                          declined, lane_list, listed);
+      } else if (declined != 0) {
+        finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
+      }
+    }
+    if constexpr (kStream32) {
+      // The warp's waiting pairs, finished together (the lanes are converged again here).
+      if (__any_sync(kFullMask, listed != 0)) {
+        __shared__ uint32_t stream_staging[kWarps][kReduceLanes * kStreamSlotWords<H>];
+        uint32_t* const staging = stream_staging[warp];
+        const float* const weights = &row_weights32[warp][0];
+        auto finish = [&](int n) {
+          detail::finish_staged_pairs<kStreamSlotWords<H>>(n, staging, [&](const uint32_t* slot, int e) {
+            finish_stream_element<H>(in, out, fb, s, weights, slot, e);
+          });
+        };
+        const int staged = detail::stage_warp_pairs(
+            (1u << listed) - 1, 0,
+            [&](int k, int i) {
+#pragma unroll
+              for (int word = 0; word < kStreamSlotWords<H>; ++word)
+                staging[i * kStreamSlotWords<H> + word] = lane_list[k * kStreamSlotWords<H> + word];
+            },
+            finish);
+        finish(staged);
+      }
     }
     if constexpr (M == Mode::exact) {
       static_assert(DotScratch<R * H>::kBytes <= kStages * kRows * kReduceLanes * sizeof(uint4),
@@ -661,12 +845,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kStream32 = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kStream32>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -683,28 +867,33 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
 // multiprocessor, one warp per token leaves most of the GPU idle: each token's rows are then spread over
 // kFewTokenWarps warps (S = 128, H = 4: exact 72 -> 35-45 us, fp64 28 -> 21 us; at S = 1024 one warp per
 // token was faster).
+// stream32: the experiment's variant of the compact kernel where that runs (finite inputs; see above).
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, bool stream32) {
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     constexpr int kCompactWaveTokens = kCompactBlocks * kBackwardWarps;
-    if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count())
+    if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count()) {
+      // The waiting pairs hold d in 32 bits.
+      if (stream32 && in.shape.D < (int64_t{1} << 31))
+        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
+    }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
 
 template <Mode M, class Pol>
 void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, bool stream32 = false) {
   switch (in.shape.H) {
-    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream);
-    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream);
-    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, stream);
-    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, stream);
+    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream, stream32);
+    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream, stream32);
+    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, stream, stream32);
+    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, stream, stream32);
   }
   // Reaching here would leave the gradients unwritten: fail loudly instead.
   throw std::logic_error("no specialised backward kernel for H = " + std::to_string(in.shape.H));
@@ -746,11 +935,12 @@ bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const B
 }  // namespace
 
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool finite_inputs) {
   if (in.shape.S == 0) return;
   if (backward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
-      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream);
+      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream,
+                                               finite_inputs && backward_stream32_requested());
       return;
     }
     with_static_preset(pd, [&](auto pol) {
@@ -768,6 +958,11 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       else launch_backward_generic<Mode::exact, true>(pd, in, out, fb, stream);
       break;
   }
+}
+
+bool backward_stream32_requested() {
+  const char* v = std::getenv("MHCDIFF_CUDA_BACKWARD");
+  return v != nullptr && std::string_view(v) == "stream32";
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {

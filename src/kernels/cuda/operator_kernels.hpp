@@ -32,8 +32,15 @@ inline constexpr unsigned long long kFallbackIndexMask = (1ull << kFallbackKindS
 // only; with finite_inputs false the forward runs the generic kernels, which convert.
 void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fallback,
                     cudaStream_t stream, bool finite_inputs = true);
+// finite_inputs: every x, residual, grad_out, post and comb value is finite; only then may the experiment
+// below run.
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
-                     const FallbackList& fallback, cudaStream_t stream);
+                     const FallbackList& fallback, cudaStream_t stream, bool finite_inputs = true);
+
+// The experiment switch MHCDIFF_CUDA_BACKWARD=stream32 (backward_kernels.cu, docs/performance.md "What is still
+// open"): the compact exact backward's ∂x / ∂residual by a binary32 first test. Off unless set; finite inputs
+// only.
+bool backward_stream32_requested();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
 // with 16-byte aligned rows) or "generic" (any description, any H, any D). Tests cover both.
