@@ -167,6 +167,46 @@ TEST_F(CliCompare, EachBadInputIsExitTwoWithOneMessage) {
   EXPECT_FALSE(fs::exists(dir / "no"));
 }
 
+// A NaN limit makes "measured > limit" false, so it used to pass every gate; an infinite or negative one is no
+// limit either, and a negative --max-ulp used to wrap to 2^64 − 3. Each is refused before any work, by name.
+TEST_F(CliCompare, NonFiniteOrNegativeGateValuesAreExitTwo) {
+  const std::string base = "compare res.h5:hf res.h5:exact ";
+  expect_input_error(base + "--tensors out --rtol nan --atol 0", "--rtol nan must be a finite number");
+  expect_input_error(base + "--tensors out --rtol 0 --atol nan", "--atol nan must be a finite number");
+  expect_input_error(base + "--tensors out --rtol inf --atol 0", "--rtol inf must be a finite number");
+  expect_input_error(base + "--tensors out --rtol 0 --atol -1", "--atol -1 must be a finite number");
+  expect_input_error(base + "--max-mismatch-frac nan", "--max-mismatch-frac nan is not a fraction");
+  expect_input_error(base + "--min-survivor-frac nan --inputs in.h5", "--min-survivor-frac nan is not a fraction");
+  expect_input_error(base + "--relative-to fp32-seeded --factor nan --inputs in.h5", "--factor nan must be");
+  expect_input_error(base + "--relative-to fp32-seeded --factor inf --inputs in.h5", "--factor inf must be");
+  expect_input_error(base + "--grad-rel-l2 nan", "--grad-rel-l2 nan");
+  expect_input_error(base + "--grad-norm-max inf", "--grad-norm-max inf");
+  expect_input_error(base + "--max-ulp -3", "--max-ulp -3 must be at least 0");
+  // κ ≥ 1 for every element, so the census threshold K must be a finite number ≥ 1.
+  expect_input_error(base + "--inputs in.h5 --census-threshold nan", "--census-threshold nan must be");
+  expect_input_error(base + "--inputs in.h5 --census-threshold -1", "--census-threshold -1 must be");
+  expect_input_error(base + "--inputs in.h5 --census-threshold 0.5", "--census-threshold 0.5 must be");
+  const CliRun k1 = mhcdiff(base + "--inputs in.h5 --census-threshold 1 --tensors out");
+  EXPECT_EQ(k1.rc, 0) << k1.out << k1.err;
+  EXPECT_NE(k1.out.find("Cancellation census (κ ≥ 1)"), std::string::npos) << k1.out;
+}
+
+// max_rel is taken over finite pairs with R ≠ 0: for identical tensors it is 0 (with no index, like max_abs),
+// not null, which is kept for "no pair has a non-zero reference".
+TEST_F(CliCompare, IdenticalTensorsHaveZeroMaxRelLikeMaxAbs) {
+  const CliRun r = mhcdiff("compare res.h5:fp32-seeded res.h5:/results/fp32-seeded --tensors out --format json "
+                           "--report same.json");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const std::string json = slurp(dir / "same.json");
+  EXPECT_NE(json.find("\"max_abs\": 0,\n      \"max_abs_index\": null,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"max_rel\": 0,\n      \"max_rel_index\": null,"), std::string::npos) << json;
+  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0) return;
+  const std::string schema = std::string(MHCDIFF_SOURCE_DIR) + "/docs/report-schema.json";
+  const std::string checker = std::string(MHCDIFF_SOURCE_DIR) + "/tests/refs/json_schema_check.py";
+  const CliRun v = sh("/usr/bin/python3 " + checker + " " + schema + " same.json");
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+}
+
 // Counts against an independent computation (h5py + numpy, tests/refs/compare_reference.py).
 TEST_F(CliCompare, CountsAgreeWithAnIndependentNumpyComputation) {
   if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0)
@@ -245,6 +285,17 @@ TEST_F(CliCompare, GoldenRegenIsAtomicRefusesToClobberAndCheckGates) {
   expect_verdict_matches(bad);
   EXPECT_NE(slurp(dir / "golden.json").find("\"mode\": \"golden check\""), std::string::npos);
   expect_input_error("golden check res.h5:hf --golden res.h5", "is not a golden file");
+
+  // A golden limit of NaN (a hand-edited attribute) is refused like a NaN option: no gate can be checked
+  // against it.
+  if (std::system("/usr/bin/python3 -c 'import h5py' > /dev/null 2>&1") == 0) {
+    fs::copy_file(dir / "golden.h5", dir / "golden-nan.h5", fs::copy_options::overwrite_existing);
+    const CliRun edit = sh("/usr/bin/python3 -c \"import h5py\n"
+                           "f = h5py.File('golden-nan.h5', 'a'); f.attrs['golden_tolerance.out.max_ulp'] = 'nan'\"");
+    ASSERT_EQ(edit.rc, 0) << edit.err;
+    expect_input_error("golden check res.h5:fp32-seeded --golden golden-nan.h5",
+                       "attribute golden_tolerance.out.max_ulp is 'nan', not a number ≥ 0");
+  }
 
   r = mhcdiff("golden regen in.h5 -o golden.h5 --policies fp32-seeded --force");
   EXPECT_EQ(r.rc, 0) << r.err;

@@ -90,8 +90,9 @@ TEST(Comparison, SpecialValuesAreCountedAsSpecified) {
   EXPECT_EQ(s.max_ulp_index, 5);
   EXPECT_EQ(s.max_abs.value, 0x1p-6);
   EXPECT_EQ(s.max_abs.index, 6);
-  EXPECT_EQ(s.max_rel.value, 2.0);
-  EXPECT_EQ(s.max_rel.index, 4);
+  ASSERT_TRUE(s.max_rel);
+  EXPECT_EQ(s.max_rel->value, 2.0);
+  EXPECT_EQ(s.max_rel->index, 4);
   EXPECT_EQ(s.candidate_nonfinite.nan, 1);
   EXPECT_EQ(s.candidate_nonfinite.inf, 0);
   EXPECT_EQ(s.reference_nonfinite.nan, 1);
@@ -124,8 +125,9 @@ TEST(Comparison, NormwiseAndRelativeMetricsMatchHandValues) {
   EXPECT_EQ(s.max_ulp_index, 3);
   EXPECT_DOUBLE_EQ(s.rel_l2, std::sqrt(1.0 / 13.0));
   EXPECT_DOUBLE_EQ(s.normalized_max, 1.0 / 3.0);
-  EXPECT_DOUBLE_EQ(s.max_rel.value, 1.0 / 3.0);
-  EXPECT_EQ(s.max_rel.index, 3);
+  ASSERT_TRUE(s.max_rel);
+  EXPECT_DOUBLE_EQ(s.max_rel->value, 1.0 / 3.0);
+  EXPECT_EQ(s.max_rel->index, 3);
   EXPECT_EQ(s.max_abs.value, 1.0);
   EXPECT_DOUBLE_EQ(s.mismatch_fraction(), 0.5);
 }
@@ -140,6 +142,39 @@ TEST(Comparison, IdenticalAllZeroTensorsHaveZeroNormwiseError) {
   EXPECT_EQ(s.normalized_max, 0.0);
   EXPECT_EQ(s.max_ulp_index, -1);
   EXPECT_TRUE(s.worst.empty());
+  EXPECT_FALSE(s.max_rel) << "no pair has a non-zero reference: max_rel is undefined (null)";
+}
+
+// max_rel is taken over finite pairs with R ≠ 0, equal ones included: like max_abs, it is 0 with no index when
+// none of them differs, and undefined only when there is no such pair.
+//  identical [1, 1+2^-7]                          → max_rel 0 (index -1), max_abs 0 (index -1)
+//  [2^-133, 1] vs [+0, 1]: only the R = 0 pair differs → max_rel 0 (index -1), max_abs 2^-133 at 0
+//  [NaN, inf] vs [NaN, inf]: no finite pair         → max_rel undefined
+TEST(Comparison, MaxRelOfPairsThatDoNotDifferIsZeroLikeMaxAbs) {
+  const std::vector<bf16_bits> same = {kOne, kOneUlp};
+  ComparisonAccumulator identical(Format::bf16);
+  identical.add(same.data(), same.data(), 2, 0);
+  const ComparisonStats a = identical.finish();
+  ASSERT_TRUE(a.max_rel) << "identical tensors with non-zero references have max_rel 0, not null";
+  EXPECT_EQ(a.max_rel->value, 0.0);
+  EXPECT_EQ(a.max_rel->index, -1);
+  EXPECT_EQ(a.max_abs.value, 0.0);
+  EXPECT_EQ(a.max_abs.index, -1);
+
+  const std::vector<bf16_bits> c = {kMinSub, kOne}, r = {kPosZero, kOne};
+  ComparisonAccumulator only_at_zero(Format::bf16);
+  only_at_zero.add(c.data(), r.data(), 2, 0);
+  const ComparisonStats b = only_at_zero.finish();
+  ASSERT_TRUE(b.max_rel);
+  EXPECT_EQ(b.max_rel->value, 0.0);
+  EXPECT_EQ(b.max_rel->index, -1);
+  EXPECT_EQ(b.max_abs.value, 0x1p-133);
+  EXPECT_EQ(b.max_abs.index, 0);
+
+  const std::vector<bf16_bits> nonfinite = {kNan, kInf};
+  ComparisonAccumulator none(Format::bf16);
+  none.add(nonfinite.data(), nonfinite.data(), 2, 0);
+  EXPECT_FALSE(none.finish().max_rel);
 }
 
 TEST(Comparison, NonzeroAgainstAllZeroReferenceIsInfinitelyFarNormwise) {
@@ -149,7 +184,7 @@ TEST(Comparison, NonzeroAgainstAllZeroReferenceIsInfinitelyFarNormwise) {
   const ComparisonStats s = acc.finish();
   EXPECT_TRUE(std::isinf(s.rel_l2));
   EXPECT_TRUE(std::isinf(s.normalized_max));
-  EXPECT_EQ(s.max_rel.index, -1) << "rel is reported only where the reference is non-zero";
+  EXPECT_FALSE(s.max_rel) << "rel is reported only where the reference is non-zero";
 }
 
 // fp32 tensors are measured in fp32 ULPs: 1 vs nextafter(1) is 1 ULP there (it would be 0 in bf16).
@@ -184,6 +219,17 @@ TEST(Comparison, NanAgainstNumberViolatesAnyTolerance) {
   ComparisonAccumulator acc(Format::bf16, 0, Tolerance{1e9, 1e9});
   acc.add(c.data(), r.data(), 1, 0);
   EXPECT_EQ(acc.finish().tolerance_violations, 1);
+}
+
+// A NaN tolerance bound allows nothing: the mismatched pair violates it (a comparison "|Δ| > bound" would be
+// false for every pair and pass them all).
+TEST(Comparison, ANanToleranceViolatesEveryMismatchedPair) {
+  const std::vector<bf16_bits> c = {kOne, kOneUlp}, r = {kOne, kOne};
+  ComparisonAccumulator acc(Format::bf16, 0, Tolerance{std::nan(""), 1.0});
+  acc.add(c.data(), r.data(), 2, 0);
+  const ComparisonStats s = acc.finish();
+  EXPECT_EQ(s.tolerance_violations, 1);
+  EXPECT_EQ(s.first_violation_index, 1);
 }
 
 // Slab boundaries must not change any metric: one pass in uneven pieces equals one pass in one piece, and
@@ -281,6 +327,24 @@ TEST(Census, ClassifiesEveryCaseByHand) {
   EXPECT_EQ(s.max_kappa, 1000.0);
   EXPECT_EQ(s.max_kappa_index, 0);
   EXPECT_DOUBLE_EQ(s.survivor_fraction(), 2.0 / 6.0);
+}
+
+// The first lost case is the lowest index among flushed, sign-flipped and distorted cases together, whatever
+// the kind: here the distorted case (0) comes before the sign flip (1) and the flush (2); element 3 survives.
+TEST(Census, FirstLostCaseIsTheLowestIndexOfAnyKind) {
+  const std::vector<double> t = {1, -1, 1, 1};
+  const std::vector<double> mag = {1000, 1000, 1000, 1000};
+  const std::vector<bf16_bits> y = {kNan, kOne, kPosZero, kOne};
+  CensusAccumulator acc(256);
+  acc.add(y.data(), t.data(), mag.data(), 4, 0);
+  const CensusStats s = acc.finish();
+  EXPECT_EQ(s.first_distorted, 0);
+  EXPECT_EQ(s.first_sign_flipped, 1);
+  EXPECT_EQ(s.first_flushed, 2);
+  EXPECT_EQ(s.first_lost(), 0);
+  CensusAccumulator kept(256);
+  kept.add(y.data() + 3, t.data() + 3, mag.data() + 3, 1, 3);
+  EXPECT_EQ(kept.finish().first_lost(), -1) << "every case survived: no lost case";
 }
 
 // SPEC §7's seed example, H = 2: post = [1.003, 1], comb = 0.5, x = 1, residual = -1:

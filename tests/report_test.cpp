@@ -42,10 +42,10 @@ TensorReport special_out_tensor(std::optional<metrics::Tolerance> tol = {}) {
 }
 
 // grad_post [S=2, H=2] fp32: cand = ref except element 3 (s=1, h=1): 1 vs 1 + 2^-23 → 1 ULP, rel_l2 small.
-TensorReport grad_post_tensor() {
+TensorReport grad_post_tensor(std::optional<metrics::Tolerance> tol = {}) {
   const std::vector<float> ref = {1.0f, 2.0f, 3.0f, 1.0f + 0x1p-23f};
   const std::vector<float> cand = {1.0f, 2.0f, 3.0f, 1.0f};
-  metrics::ComparisonAccumulator acc(metrics::Format::f32);
+  metrics::ComparisonAccumulator acc(metrics::Format::f32, 10, tol);
   acc.add(cand.data(), ref.data(), 4, 0);
   TensorReport t;
   t.name = "grad_post";
@@ -149,6 +149,66 @@ TEST(Gates, SurvivorFractionAndRelativeGates) {
   const auto* r = find_gate(gates, "relative-to");
   EXPECT_FALSE(r->passed);
   EXPECT_EQ(r->limit, 0.375);
+}
+
+// The first lost case is the lowest index among all lost cases, not the first of the first kind found: the
+// distorted case at flat 2 = (0, 0, 2) comes before the flushed one at 6.
+TEST(Gates, SurvivorFractionNamesTheLowestLostCase) {
+  TensorReport t = special_out_tensor();
+  metrics::CensusStats c;
+  c.cases = 4;
+  c.survived = 1;
+  c.flushed = c.sign_flipped = c.distorted = 1;
+  c.first_flushed = 6;
+  c.first_sign_flipped = 4;
+  c.first_distorted = 2;
+  t.candidate_census = c;
+  GateConfig g;
+  g.every_tensor.min_survivor_frac = Threshold{0.5, "--min-survivor-frac"};
+  const auto gates = compare::evaluate_gates(t, g);
+  const auto* s = find_gate(gates, "min-survivor-frac");
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->passed);
+  EXPECT_EQ(s->where, 2);
+  EXPECT_NE(s->summary.find("first lost case at (0, 0, 2)"), std::string::npos) << s->summary;
+}
+
+// Gates fail closed: a NaN limit (which the options refuse, but a golden file or a library caller could bring)
+// fails every gate, whatever the measurement; so does a NaN factor of the relative gate.
+TEST(Gates, ANanLimitFailsEveryGate) {
+  const double nan = std::nan("");
+  GateConfig g;
+  g.every_tensor.max_mismatch = Threshold{nan, "test"};
+  g.every_tensor.max_mismatch_frac = Threshold{nan, "test"};
+  g.every_tensor.max_ulp = Threshold{nan, "test"};
+  g.every_tensor.rel_l2 = Threshold{nan, "test"};
+  g.every_tensor.norm_max = Threshold{nan, "test"};
+  g.every_tensor.min_survivor_frac = Threshold{nan, "test"};
+  g.every_tensor.tolerance = metrics::Tolerance{nan, 0.0};
+  g.every_tensor.tolerance_origin = "test";
+  g.relative_to = "fp32-seeded";
+  g.relative_metric = compare::RelativeMetric::max_abs;
+  g.relative_factor = nan;
+  TensorReport t = special_out_tensor(g.every_tensor.tolerance);
+  // grad_post's measurements are all finite (1 mismatch of 1 ULP): only the NaN limit can make them fail.
+  TensorReport gp = grad_post_tensor(g.every_tensor.tolerance);
+  metrics::CensusStats c;
+  c.cases = 4;
+  c.survived = 4;
+  metrics::TruthStats cand, pol;
+  cand.max_abs_error = {0.25, 3};
+  pol.max_abs_error = {0.25, 3};
+  for (TensorReport* x : {&t, &gp}) {
+    x->candidate_census = c;
+    x->candidate_truth = cand;
+    x->relative_policy = "fp32-seeded";
+    x->relative_policy_truth = pol;
+  }
+  for (const TensorReport* x : {&t, &gp}) {
+    const auto gates = compare::evaluate_gates(*x, g);
+    EXPECT_EQ(gates.size(), 8u) << x->name;
+    for (const auto& gate : gates) EXPECT_FALSE(gate.passed) << x->name << " " << gate.gate << ": " << gate.summary;
+  }
 }
 
 CompareReport sample_report(bool failing) {

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -22,7 +23,7 @@ struct CompareCliOptions {
   std::vector<std::string> tensors;
   std::optional<int64_t> max_mismatch;
   std::optional<double> max_mismatch_frac;
-  std::optional<uint64_t> max_ulp;
+  std::optional<int64_t> max_ulp;  // signed, so that -3 is refused rather than wrapped to 2^64 − 3
   std::optional<double> rtol, atol;
   std::string grad_rel_l2 = fmt::format("{}", compare::kDefaultGradRelL2);
   std::string grad_norm_max = fmt::format("{}", compare::kDefaultGradNormMax);
@@ -87,16 +88,27 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   if (with_inputs) add_input_read_options(cmd, o.read);
 }
 
-// "off" / "none" disables a defaulted gate; anything else must be a non-negative number.
+// Every check below is written as "not in range", so that NaN (for which every comparison is false) is refused
+// too: a NaN limit would otherwise reach a gate that it makes pass.
+
+// "off" / "none" disables a defaulted gate; anything else must be a finite non-negative number.
 inline std::optional<double> parse_optional_limit(const std::string& option, const std::string& text) {
   if (text == "off" || text == "none") return std::nullopt;
   try {
     size_t used = 0;
     const double v = std::stod(text, &used);
-    if (used == text.size() && v >= 0) return v;
+    if (used == text.size() && std::isfinite(v) && v >= 0) return v;
   } catch (const std::exception&) {
   }
-  throw InputError(fmt::format("{} {}: expected a non-negative number or 'off'", option, text));
+  throw InputError(fmt::format("{} {}: expected a finite non-negative number or 'off'", option, text));
+}
+
+inline void require_fraction(const char* option, double v) {
+  if (!(v >= 0 && v <= 1)) throw InputError(fmt::format("{} {} is not a fraction in [0, 1]", option, v));
+}
+
+inline void require_finite_non_negative(const char* option, double v) {
+  if (!(std::isfinite(v) && v >= 0)) throw InputError(fmt::format("{} {} must be a finite number ≥ 0", option, v));
 }
 
 inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
@@ -104,6 +116,11 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   c.inputs = o.inputs;
   c.tensors = o.tensors;
   c.top_k = o.top_k;
+  // κ ≥ 1 for every element (|t| ≤ Σ|terms| by the triangle inequality), so a threshold below 1 could only
+  // suggest a selection it does not make.
+  if (!(std::isfinite(o.census_threshold) && o.census_threshold >= 1))
+    throw InputError(fmt::format("--census-threshold {} must be a finite number ≥ 1 (κ is never below 1)",
+                                 o.census_threshold));
   c.census_threshold = o.census_threshold;
   c.policy_files = o.policy_files;
   c.device = o.device;
@@ -122,23 +139,26 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
     all.max_mismatch = compare::Threshold{double(*o.max_mismatch), "--max-mismatch"};
   }
   if (o.max_mismatch_frac) {
-    if (*o.max_mismatch_frac < 0 || *o.max_mismatch_frac > 1)
-      throw InputError(fmt::format("--max-mismatch-frac {} is not a fraction in [0, 1]", *o.max_mismatch_frac));
+    require_fraction("--max-mismatch-frac", *o.max_mismatch_frac);
     all.max_mismatch_frac = compare::Threshold{*o.max_mismatch_frac, "--max-mismatch-frac"};
   }
-  if (o.max_ulp) all.max_ulp = compare::Threshold{double(*o.max_ulp), "--max-ulp"};
+  if (o.max_ulp) {
+    if (*o.max_ulp < 0) throw InputError(fmt::format("--max-ulp {} must be at least 0", *o.max_ulp));
+    all.max_ulp = compare::Threshold{double(*o.max_ulp), "--max-ulp"};
+  }
   if (o.rtol && o.atol) {
-    if (*o.rtol < 0 || *o.atol < 0) throw InputError("--rtol and --atol must be non-negative");
+    require_finite_non_negative("--rtol", *o.rtol);
+    require_finite_non_negative("--atol", *o.atol);
     all.tolerance = metrics::Tolerance{*o.rtol, *o.atol};
     all.tolerance_origin = "--rtol/--atol";
   }
   if (o.min_survivor_frac) {
-    if (*o.min_survivor_frac < 0 || *o.min_survivor_frac > 1)
-      throw InputError(fmt::format("--min-survivor-frac {} is not a fraction in [0, 1]", *o.min_survivor_frac));
+    require_fraction("--min-survivor-frac", *o.min_survivor_frac);
     all.min_survivor_frac = compare::Threshold{*o.min_survivor_frac, "--min-survivor-frac"};
   }
   if (!o.relative_to.empty()) {
-    if (o.factor <= 0) throw InputError(fmt::format("--factor {} must be positive", o.factor));
+    if (!(std::isfinite(o.factor) && o.factor > 0))
+      throw InputError(fmt::format("--factor {} must be a finite number > 0", o.factor));
     g.relative_to = o.relative_to;
     g.relative_factor = o.factor;
     g.relative_metric = o.relative_metric == "rel_l2"    ? compare::RelativeMetric::rel_l2

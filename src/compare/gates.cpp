@@ -63,15 +63,21 @@ namespace {
 
 std::string at(const TensorReport& t, int64_t flat) { return flat < 0 ? "" : " at " + t.index(flat); }
 
+// Gates fail closed: each passes only when its comparison is true, so a NaN measurement or a NaN limit (which
+// the options refuse, but a golden file or a library caller could still bring) fails.
+bool within_upper(double measured, double limit) { return measured <= limit; }
+bool within_lower(double measured, double limit) { return measured >= limit; }
+
 // `where_label` says what the index is: the element that is the measured maximum ("at"), or, for counts, the
 // worst of the counted elements ("; worst at").
 GateOutcome upper_gate(const std::string& gate, const Threshold& th, double measured, int64_t where,
                        const std::string& what, const std::string& measured_text, const std::string& limit_text,
                        const TensorReport& t, const char* where_label = " at") {
-  GateOutcome g{gate, th.origin, !(measured > th.value) && !std::isnan(measured), measured, th.value, where, ""};
+  GateOutcome g{gate, th.origin, within_upper(measured, th.value), measured, th.value, where, ""};
   const std::string place = where < 0 ? "" : where_label + std::string(" ") + t.index(where);
   g.summary = g.passed ? fmt::format("{} {} ≤ {} allowed", what, measured_text, limit_text)
-                       : fmt::format("{} {} > {} allowed{}", what, measured_text, limit_text, place);
+                       : fmt::format("{} {} {} {} allowed{}", what, measured_text,
+                                     measured > th.value ? ">" : "not ≤", limit_text, place);
   return g;
 }
 
@@ -129,13 +135,12 @@ std::vector<GateOutcome> evaluate_gates(const TensorReport& t, const GateConfig&
   if (th.min_survivor_frac && t.candidate_census) {
     const metrics::CensusStats& c = *t.candidate_census;
     const double frac = c.survivor_fraction();
-    int64_t where = c.first_flushed >= 0 ? c.first_flushed
-                    : c.first_sign_flipped >= 0 ? c.first_sign_flipped
-                                                : c.first_distorted;
-    GateOutcome g{"min-survivor-frac", th.min_survivor_frac->origin, !(frac < th.min_survivor_frac->value), frac,
-                  th.min_survivor_frac->value, where, ""};
+    const int64_t where = c.first_lost();
+    GateOutcome g{"min-survivor-frac", th.min_survivor_frac->origin, within_lower(frac, th.min_survivor_frac->value),
+                  frac, th.min_survivor_frac->value, where, ""};
     g.summary = fmt::format("{} of {} cancellation cases (κ ≥ {}) survived = {} {} {} required{}", count(c.survived),
-                            count(c.cases), metric(c.threshold), metric(frac), g.passed ? "≥" : "<",
+                            count(c.cases), metric(c.threshold), metric(frac),
+                            g.passed ? "≥" : frac < th.min_survivor_frac->value ? "<" : "not ≥",
                             metric(th.min_survivor_frac->value), g.passed ? "" : "; first lost case" + at(t, where));
     out.push_back(g);
   }
@@ -144,11 +149,11 @@ std::vector<GateOutcome> evaluate_gates(const TensorReport& t, const GateConfig&
     const double ce = truth_error(*t.candidate_truth, config.relative_metric, &where_c);
     const double pe = truth_error(*t.relative_policy_truth, config.relative_metric, &where_p);
     const double limit = config.relative_factor * pe;
-    GateOutcome g{"relative-to", "--relative-to " + config.relative_to, !(ce > limit) && !std::isnan(ce), ce, limit,
-                  where_c, ""};
+    GateOutcome g{"relative-to", "--relative-to " + config.relative_to, within_upper(ce, limit), ce, limit, where_c,
+                  ""};
     g.summary = fmt::format("candidate's {} vs exact {} {} {} × {}'s {}{}", relative_metric_name(config.relative_metric),
-                            metric(ce), g.passed ? "≤" : ">", metric(config.relative_factor), config.relative_to,
-                            metric(pe), g.passed ? "" : at(t, where_c));
+                            metric(ce), g.passed ? "≤" : ce > limit ? ">" : "not ≤", metric(config.relative_factor),
+                            config.relative_to, metric(pe), g.passed ? "" : at(t, where_c));
     out.push_back(g);
   }
   return out;

@@ -94,7 +94,7 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
   cpu.threads = opt.threads;
   const std::string checksum = reader.checksum();
 
-  io::ResultWriter writer(opt.output, opt.input);
+  io::ResultWriter writer(opt.output, {{"input", opt.input}});
   writer.set_batch_dims(reader.batch_dims());
   writer.declare_inputs(shape, backward);
   for (const auto& p : policies)
@@ -182,13 +182,18 @@ GoldenSpec read_golden(const std::string& path) {
     if (!attrs.count(key)) continue;
     GoldenTolerance t;
     t.tensor = tensor;
+    // A limit is a measured worst case: a number ≥ 0, or inf. NaN is refused: no gate can be checked against it.
     auto num = [&](const std::string& field) {
       const std::string& text = attrs[attr_name(tensor, field)];
+      double v = NAN;
       try {
-        return text == "inf" ? INFINITY : std::stod(text);
+        v = text == "inf" ? INFINITY : std::stod(text);
       } catch (const std::exception&) {
-        throw InputError(fmt::format("{}: attribute {} is '{}', not a number", path, attr_name(tensor, field), text));
       }
+      if (!(v >= 0))
+        throw InputError(
+            fmt::format("{}: attribute {} is '{}', not a number ≥ 0", path, attr_name(tensor, field), text));
+      return v;
     };
     t.max_ulp = num("max_ulp");
     t.max_mismatch_frac = num("max_mismatch_frac");

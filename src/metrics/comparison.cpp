@@ -89,6 +89,7 @@ void ComparisonAccumulator::add_run(const T* cand, const T* ref, int64_t n, int6
     }
     if ((c_nan && r_nan) || c.bits == r.bits) {
       ++s_.ulp_histogram[0];
+      if (!s_.max_rel && !r_nan && !r_inf && r.value != 0.0) s_.max_rel = Located{};  // defined, and 0 so far
       continue;
     }
     ++s_.mismatched;
@@ -117,9 +118,10 @@ void ComparisonAccumulator::add_run(const T* cand, const T* ref, int64_t n, int6
     if (s_.max_abs.index < 0 || diff > s_.max_abs.value) s_.max_abs = {diff, index};
     if (r.value != 0.0) {
       const double rel = diff / std::fabs(r.value);
-      if (s_.max_rel.index < 0 || rel > s_.max_rel.value) s_.max_rel = {rel, index};
+      if (!s_.max_rel || s_.max_rel->index < 0 || rel > s_.max_rel->value) s_.max_rel = Located{rel, index};
     }
-    if (s_.tolerance && diff > s_.tolerance->atol + s_.tolerance->rtol * std::fabs(r.value))
+    // Written as "not within" so that a NaN bound (a NaN tolerance, or rtol = inf against R = 0) violates.
+    if (s_.tolerance && !(diff <= s_.tolerance->atol + s_.tolerance->rtol * std::fabs(r.value)))
       if (s_.tolerance_violations++ == 0) s_.first_violation_index = index;
     offer({index, c.value, r.value, diff, ulp});
   }

@@ -63,8 +63,10 @@ struct ComparisonStats {
   std::array<int64_t, kUlpBins> ulp_histogram{};
   uint64_t max_ulp = 0;
   int64_t max_ulp_index = -1;
-  Located max_abs;  // max |C - R| over finite pairs
-  Located max_rel;  // max |C - R| / |R| over finite pairs with R != 0
+  Located max_abs;  // max |C - R| over finite mismatched pairs (index -1 and 0 when none)
+  // max |C - R| / |R| over finite pairs with R != 0: nullopt when there is no such pair; like max_abs, 0 with
+  // index -1 when none of them differs (identical tensors).
+  std::optional<Located> max_rel;
   double sum_sq_diff = 0.0;
   double sum_sq_ref = 0.0;
   double max_abs_ref = 0.0;  // over finite reference values

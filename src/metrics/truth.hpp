@@ -8,6 +8,7 @@
 // truth64 stands in for the real number t: its relative error (2^-53) is far below the 2^-8 / 2^-24 ULP
 // this measures.
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/tensors.hpp"
 #include "metrics/comparison.hpp"
@@ -67,6 +68,14 @@ struct CensusStats {
   int64_t max_kappa_index = -1;
   // The first element of each bad kind (-1: none), so a report can say where to look (`mhcdiff explain`).
   int64_t first_flushed = -1, first_sign_flipped = -1, first_distorted = -1, first_ghost = -1;
+
+  // The lowest index among all lost cases (flushed, sign-flipped or distorted), -1 when every case survived.
+  int64_t first_lost() const {
+    int64_t first = -1;
+    for (int64_t i : {first_flushed, first_sign_flipped, first_distorted})
+      if (i >= 0 && (first < 0 || i < first)) first = i;
+    return first;
+  }
 
   // survived / cases; 1 when there are no cases (nothing could fail to survive).
   double survivor_fraction() const { return cases ? static_cast<double>(survived) / cases : 1.0; }

@@ -115,10 +115,10 @@ void tensor_object(JsonWriter& j, const TensorReport& t, const CompareReport& r)
   j.key("max_abs_index");
   index_or_null(j, t, s.max_abs.index);
   j.key("max_rel");
-  if (s.max_rel.index >= 0) j.value(s.max_rel.value);
+  if (s.max_rel) j.value(s.max_rel->value);
   else j.null();
   j.key("max_rel_index");
-  index_or_null(j, t, s.max_rel.index);
+  index_or_null(j, t, s.max_rel ? s.max_rel->index : -1);
   j.key("rel_l2").value(s.rel_l2);
   j.key("normalized_max").value(s.normalized_max);
   j.key("nan").begin_object();

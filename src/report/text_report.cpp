@@ -59,9 +59,7 @@ std::string census_line(const TensorReport& t, const metrics::CensusStats& c) {
   std::string line = fmt::format("survived {}, flushed {}, sign-flipped {}, distorted {}; ghosts {} of {} exact zeros",
                                  count(c.survived), count(c.flushed), count(c.sign_flipped), count(c.distorted),
                                  count(c.ghosts), count(c.exact_zeros));
-  const int64_t first_bad = c.first_flushed >= 0 ? c.first_flushed
-                            : c.first_sign_flipped >= 0 ? c.first_sign_flipped
-                                                        : c.first_distorted;
+  const int64_t first_bad = c.first_lost();
   if (first_bad >= 0) line += "; first lost case" + at(t, first_bad);
   else if (c.first_ghost >= 0) line += "; first ghost" + at(t, c.first_ghost);
   return line;
@@ -86,9 +84,9 @@ void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r)
                                       metric(s.tolerance->rtol))
                         : "") +
            "\n";
-    if (s.max_rel.index >= 0)
+    if (s.max_rel && s.max_rel->index >= 0)
       o += fmt::format("  Greatest relative difference: {}{} (where the reference is non-zero)\n",
-                       metric(s.max_rel.value), at(t, s.max_rel.index));
+                       metric(s.max_rel->value), at(t, s.max_rel->index));
     o += fmt::format("  Greatest ULP distance: {} {} ULP{}{}\n", ulp(s.max_ulp), metrics::format_name(t.format),
                      at(t, s.max_ulp_index), s.max_ulp == metrics::kInfiniteUlp ? " (a NaN/Inf mismatch)" : "");
     o += "  ULP histogram:";
