@@ -468,31 +468,20 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
     if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
-    // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0 (stream32:
-    // the binary32 weights and the binary32 test's weight bounds instead).
-    constexpr bool kSharedRowWeights = M == Mode::exact && kCompact && !kStream32;
-    __shared__ double row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
-    __shared__ float row_weights32[kStream32 ? kWarps : 1][kStream32 ? R * H + R : 1];
-    if constexpr (kStream32) {
-      __syncwarp();  // the previous token's are read
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-          for (int ho = 0; ho < H; ++ho) row_weights32[warp][r * H + ho] = w[r][ho];
-          row_weights32[warp][R * H + r] = exact_error32_weight(w[r], H);
-        }
-      }
-      __syncwarp();
-    }
+    // kCompact: the warp's weights and its rows' filter weight bounds, written by lane 0: widened, with the
+    // binary64 filter's bounds (stream32: as they are, with the binary32 test's).
+    constexpr bool kSharedRowWeights = M == Mode::exact && kCompact;
+    using RowWeight = std::conditional_t<kStream32, float, double>;
+    __shared__ RowWeight row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
     if constexpr (kSharedRowWeights) {
       __syncwarp();  // the previous token's are read
       if (lane == 0) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
-          for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = double(w[r][ho]);
-          row_weights[warp][R * H + r] = error_weight[r];
+          for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = RowWeight(w[r][ho]);
+          if constexpr (kStream32) row_weights[warp][R * H + r] = exact_error32_weight(w[r], H);
+          else row_weights[warp][R * H + r] = error_weight[r];
         }
       }
       __syncwarp();
@@ -553,8 +542,8 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         Chunk oc;
         if constexpr (kStream32) {
           // Pairs of elements by the binary32 test, the ends of both intervals packed (bounds_pair).
-          const float* w32 = &row_weights32[warp][r * H];
-          const float error32 = exact_error32(row_weights32[warp][R * H + r], max_g);
+          const float* w32 = &row_weights[warp][r * H];
+          const float error32 = exact_error32(row_weights[warp][R * H + r], max_g);
 #pragma unroll
           for (int j = 0; j < kPairsPerChunk; ++j) {
             ExactBf16Filter32 f[2];
@@ -617,7 +606,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       // the filter with per-element bounds and, where it declines, the certified path.
       if constexpr (kStream32) {
         if (declined != 0)
-          listed = retest_stream_pairs<H>(in, out, fb, s, d0, &row_weights32[warp][0], slot + R * kReduceLanes,
+          listed = retest_stream_pairs<H>(in, out, fb, s, d0, &row_weights[warp][0], slot + R * kReduceLanes,
                                           declined, lane_list, listed);
       } else if (declined != 0) {
         finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
@@ -628,7 +617,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       if (__any_sync(kFullMask, listed != 0)) {
         __shared__ uint32_t stream_staging[kWarps][kReduceLanes * kStreamSlotWords<H>];
         uint32_t* const staging = stream_staging[warp];
-        const float* const weights = &row_weights32[warp][0];
+        const float* const weights = &row_weights[warp][0];
         auto finish = [&](int n) {
           detail::finish_staged_pairs<kStreamSlotWords<H>>(n, staging, [&](const uint32_t* slot, int e) {
             finish_stream_element<H>(in, out, fb, s, weights, slot, e);
