@@ -5,8 +5,9 @@
 #   usage: scripts/gpu-check.sh            (from the repository root, on a machine with an NVIDIA GPU)
 #   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1  ARCHS=90-real (quicker build)
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
-#          AB_STREAM32=1: also time the exact backward with and without MHCDIFF_CUDA_BACKWARD=stream32 (three
-#          alternating rounds, docs/performance.md "What is still open") and sanitize its GPU test
+#          AB_STREAM32=1: also time the exact backward with MHCDIFF_CUDA_BACKWARD unset, =stream32 and
+#          =stream32-deferred (three alternating rounds, docs/performance.md "What is still open") and sanitize
+#          their GPU test
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -45,10 +46,10 @@ stage "bench"
 echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
 if [[ -n "${AB_STREAM32:-}" ]]; then
-  stage "A/B: exact backward, binary64 filter (default) vs stream32"
+  stage "A/B: exact backward, binary64 filter (default) vs stream32 and stream32-deferred"
   for round in 1 2 3; do
-    for variant in default stream32; do
-      if [[ $variant == stream32 ]]; then export MHCDIFF_CUDA_BACKWARD=stream32; else unset MHCDIFF_CUDA_BACKWARD; fi
+    for variant in default stream32 stream32-deferred; do
+      if [[ $variant == default ]]; then unset MHCDIFF_CUDA_BACKWARD; else export MHCDIFF_CUDA_BACKWARD=$variant; fi
       for shape in 16384,4,4096 4096,4,4096; do
         "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" 2>>"$OUT/bench.log" |
           grep bwd | sed "s/^/$variant,round$round,/" | tee -a "$OUT/ab_stream32.csv"
@@ -58,10 +59,10 @@ if [[ -n "${AB_STREAM32:-}" ]]; then
   unset MHCDIFF_CUDA_BACKWARD
   grep -c . "$OUT/ab_stream32.csv" | sed 's/^/ab rows: /' | tee -a "$OUT/summary.log"
   if [[ -z "${SKIP_SANITIZER:-}" ]]; then
-    timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
+    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
       --gtest_filter='CudaOperator.Stream32BackwardExperimentMatchesCpu' >"$OUT/sanitizer_stream32.log" 2>&1
     echo "stream32 memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_stream32.log" | tail -1)" | tee -a "$OUT/summary.log"
-    timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \
+    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \
       --gtest_filter='CudaOperator.Stream32BackwardExperimentMatchesCpu' >>"$OUT/sanitizer_stream32.log" 2>&1
     echo "stream32 racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer_stream32.log" | tail -1)" | tee -a "$OUT/summary.log"
   fi

@@ -2,6 +2,7 @@
 // forward and backward, H in {1,2,4,8} (and the generic kernels at H = 3 and 16), D in {31, 257, 2053, 4096},
 // token counts that are no multiple of any block size, a user-defined policy, and exact elements that need
 // the multiprecision fallback. Each test skips itself where no CUDA GPU is present.
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -299,43 +300,72 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
   expect_exact_without_twins_identical(in, "non-finite, S=1700 H=4");
 }
 
-// The stream32 experiment (MHCDIFF_CUDA_BACKWARD=stream32; backward_kernels.cu, docs/performance.md "What is
-// still open"): the compact exact backward's ∂x / ∂residual by a binary32 first test, the owner lane's retest and
-// the warp's rounds at the token's end. Off by default; tested here so that a device session times only a
-// variant that already matches the CPU bit for bit. The compact kernel runs from 12 tokens per multiprocessor
-// (S = 1700 on an H200); D = 1032 gives the lanes different step counts; the planted tokens decline whole
-// chunks (token 7: every element a bf16 tie, more pairs than a lane's slots); token 9's binary32 chains
-// overflow (products near the bf16 maximum) while the exact sums are 0; a slab with a NaN or an infinity must
-// keep the binary64 filter.
+// The stream32 experiment (MHCDIFF_CUDA_BACKWARD=stream32 or stream32-deferred; backward_kernels.cu,
+// docs/performance.md "What is still open"): the compact exact backward's ∂x / ∂residual by a binary32 first
+// test, the owner lane's retest (after each step, or deferred to the token's end) and the warp's rounds. Off by
+// default; tested here so that a device session times only a variant that already matches the CPU bit for bit.
+// The compact kernel runs from 12 tokens per multiprocessor, so S is taken from the device. D = 1032 gives the
+// lanes different step counts and D = 136 leaves 15 lanes without a step; the planted tokens decline whole
+// chunks (token 7: every element a bf16 tie, more pairs than a lane's slots), token 9's binary32 chains
+// overflow while the exact sums are 0, token 10's sums are bf16 subnormals and token 11's products reach the
+// bound's overflow guard; a slab with a NaN or an infinity must keep the binary64 filter.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
 
  private:
   const char* name_;
+  std::string old_;
+  bool had_ = false;
 };
+
+void plant_stream32_extremes(Inputs& in, std::mt19937_64& rng) {
+  const int64_t D = in.shape.D;
+  std::uniform_int_distribution<int> mantissa(0, 127), sign(0, 1);
+  for (int h = 0; h < 4; ++h) {
+    in.post[9 * 4 + h] = h % 2 ? -2.0f : 2.0f;
+    for (int k = 0; k < 4; ++k) in.comb[(9 * 4 + k) * 4 + h] = h % 2 ? -2.0f : 2.0f;
+  }
+  for (int64_t i = 0; i < 4 * D; ++i) {
+    in.grad_out[9 * 4 * D + i] = 0x7f7f;  // the largest finite bf16
+    in.grad_out[10 * 4 * D + i] = static_cast<bf16_bits>(sign(rng) << 15 | (1 + mantissa(rng)) % 128);  // subnormal
+    in.grad_out[11 * 4 * D + i] = static_cast<bf16_bits>(sign(rng) << 15 | (127 + 100) << 7 | mantissa(rng));  // ~2^100
+  }
+  for (int h = 0; h < 4; ++h) {
+    in.post[11 * 4 + h] = 0x1p20f * float(h + 1);
+    for (int k = 0; k < 4; ++k) in.comb[(11 * 4 + k) * 4 + h] = (k + h) % 2 ? 0x1p24f : -0x1p23f;
+  }
+}
 
 TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "stream32");
-  ASSERT_TRUE(cuda::backward_stream32_requested());
-  for (const Shape& sh : {Shape{1700, 4, 1032}, Shape{1700, 4, 4096}})
-    for (bool wide : {false, true}) {
-      Inputs in = random_inputs(sh, 1100 + sh.D + wide, wide);
-      plant_midpoints(in);
-      const int64_t D = in.shape.D;
-      for (int h = 0; h < 4; ++h) {
-        in.post[9 * 4 + h] = h % 2 ? -2.0f : 2.0f;
-        for (int k = 0; k < 4; ++k) in.comb[(9 * 4 + k) * 4 + h] = h % 2 ? -2.0f : 2.0f;
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const int64_t S = 12 * int64_t(sms) + 37;  // the compact kernel's many-token configuration
+  std::mt19937_64 rng(1700);
+  for (const char* variant : {"stream32", "stream32-deferred"}) {
+    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
+    ASSERT_TRUE(cuda::backward_stream32_requested()) << variant;
+    for (const int64_t D : {1032, 4096, 136})
+      for (bool wide : {false, true}) {
+        Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
+        plant_midpoints(in);
+        plant_stream32_extremes(in, rng);
+        expect_exact_without_twins_identical(in, fmt::format("{}, S={} D={} wide={}", variant, S, D, wide));
       }
-      for (int64_t i = 9 * 4 * D; i < 10 * 4 * D; ++i) in.grad_out[i] = 0x7f7f;  // the largest finite bf16
-      expect_exact_without_twins_identical(in, fmt::format("stream32, D={} wide={}", D, wide));
-    }
-  Inputs in = random_inputs(Shape{1700, 4, 1032}, 1709);
-  in.grad_out[(300 * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
-  in.residual[(1200 * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-  expect_exact_without_twins_identical(in, "stream32, non-finite");
+    Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
+    in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
+    in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
+    expect_exact_without_twins_identical(in, fmt::format("{}, non-finite", variant));
+  }
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware

@@ -212,22 +212,35 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
 }
 
 // ---- Experiment "stream32": ∂x / ∂residual of the compact exact kernel by a binary32 first test -------------
-// Not the default: selected with MHCDIFF_CUDA_BACKWARD=stream32 for slabs whose inputs are all finite, until a
-// device run measures it against the binary64 filter (docs/performance.md, "What is still open"). Each sum
-// Σ_ho w[ho]·g[ho] runs the exact forward's binary32 chain and interval test (ExactBf16Filter32, the a-priori
-// bound from the row's weights and the step's largest |g|); the owner lane retests what that declines with the
-// chain bounded by its own partial sums (as retest_declined in forward_kernels.cu); the pairs still declined
-// wait in the lane's slots and are finished by the warp at the token's end, two lanes per pair (the binary64
-// test, then the certified path). The main loop has no warp-collective step there: its trip count differs by
-// lane when D / 8 is not a multiple of 32.
+// Not the default: selected with MHCDIFF_CUDA_BACKWARD=stream32 (or stream32-deferred) for slabs whose inputs are
+// all finite, until a device run measures it against the binary64 filter (docs/performance.md, "What is still
+// open"). Each sum Σ_ho w[ho]·g[ho] runs the exact forward's binary32 chain and interval test (ExactBf16Filter32,
+// the a-priori bound from the row's weights and the step's largest |g|); the owner lane retests what that
+// declines with the chain bounded by its own partial sums (as retest_declined in forward_kernels.cu), either
+// after each step or, deferred, at the token's end; the pairs still declined are finished by the warp at the
+// token's end, two lanes per pair (the binary64 test, then the certified path). Until then a lane's pairs wait
+// in its own slots: the main loop has no warp-collective step, as its trip count differs by lane when D / 8 is
+// not a multiple of 32. scripts/sim_backward_declines.py has the rates: the first test declines a pair in 6.7 %
+// of lane-steps (89 % of warp-steps), which is what the deferred retest saves a divergent call on.
+enum class Stream32 { off, retest_each_step, retest_at_token_end };
 
 constexpr int kPairsPerChunk = kChunk / 2;
 // A waiting pair: its stream row, the d of its first element, and its words of the H gradient rows.
 template <int H>
 inline constexpr int kStreamSlotWords = 2 + H;
-// Waiting pairs per lane and token (about one lane in six has one on randn-like data at H = 4); a lane with
-// more finishes the rest itself.
-constexpr int kStreamListSlots = 2;
+// Waiting pairs per lane and token: after the retest about 0.16 on the bench's data at H = 4, before it about
+// 1.1 (more than four in 0.5 % of lane-tokens). A lane with more finishes the rest itself.
+template <Stream32 V>
+inline constexpr int kStreamListSlots = V == Stream32::retest_at_token_end ? 4 : 2;
+
+Stream32 requested_stream32() {
+  const char* v = std::getenv("MHCDIFF_CUDA_BACKWARD");
+  if (v == nullptr) return Stream32::off;
+  const std::string_view name(v);
+  return name == "stream32" ? Stream32::retest_each_step
+         : name == "stream32-deferred" ? Stream32::retest_at_token_end
+                                       : Stream32::off;
+}
 
 template <int H>
 __device__ __forceinline__ void fill_stream_slot(uint32_t* slot, int row, int64_t d, const uint32_t* words) {
@@ -235,6 +248,34 @@ __device__ __forceinline__ void fill_stream_slot(uint32_t* slot, int row, int64_
   slot[1] = static_cast<uint32_t>(d);
 #pragma unroll
   for (int ho = 0; ho < H; ++ho) slot[2 + ho] = words[ho];
+}
+
+// The retest of one pair (its H gradient words; `w`: its row's weights): the chains of both elements, each step
+// bounded by its own partial sum; the pair is proven when lo == hi, and hi holds its two bf16 results. Finite
+// inputs only (a NaN would make the bound NaN and both ends of the interval equal).
+template <int H>
+__device__ __forceinline__ void retest_stream_pair(const float* w, const uint32_t* words, uint32_t& lo, uint32_t& hi) {
+  ExactBf16Filter32 f[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    f[half].e = exact_error32(0.0f, 0.0f);  // no head: 2^-145
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) {
+      const float g = bf16_to_float(static_cast<bf16_bits>(words[ho] >> (16 * half)));
+      if (ho == 0) f[half].first(w[0], g);
+      else f[half].add(w[ho], g);
+      f[half].bound_step();
+    }
+  }
+  ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
+}
+
+// Both results of a pair of stream row `row` at d (even), as one word.
+template <int H>
+__device__ __forceinline__ void store_stream_pair(const BackwardOutputs& out, int64_t s, int64_t D, int row, int64_t d,
+                                                  uint32_t word) {
+  bf16_bits* base = row == 0 ? out.grad_x + s * D : out.grad_residual + (s * H + row - 1) * D;
+  *reinterpret_cast<uint32_t*>(base + d) = word;
 }
 
 // Element e (0 or 1) of a waiting pair of token s: the binary64 test, the certified path where that declines
@@ -263,45 +304,37 @@ __device__ __forceinline__ void finish_stream_element(const InputsView& in, cons
   (row == 0 ? out.grad_x : out.grad_residual)[index] = b;
 }
 
-// The owner lane's second test of the pairs the first test declined in its step at d0 (`declined`: bit
-// kPairsPerChunk·r + j for stream row r, pair j): the same chains, each step bounded by its own partial sum
-// (as retest_declined in forward_kernels.cu). A pair it proves is stored over the owner's word; the others go to
-// the lane's slots (`list`, `listed` of them taken; returns the new count), or are finished here when those are
-// taken. Out of line, with the gradient chunks read from the lane's ring slots (grad[ho · 32]), as in
-// finish_stream_grad_step: inlined, the main loop spilled. Finite inputs only (a NaN would make the bound NaN
-// and both ends of the interval equal).
-template <int H>
-__device__ __noinline__ int retest_stream_pairs(const InputsView& in, const BackwardOutputs& out,
-                                                const FallbackList& fb, int64_t s, int64_t d0, const float* weights,
-                                                const uint4* grad, uint32_t declined, uint32_t* list, int listed) {
-  const int64_t D = in.shape.D;
+// The pairs the first test declined in the owner lane's step at d0 (`declined`: bit kPairsPerChunk·r + j for
+// stream row r, pair j), out of line, with the gradient chunks read from the lane's ring slots (grad[ho · 32]),
+// as in finish_stream_grad_step (inlined, the main loop spilled 20 bytes). retest_each_step: each pair is
+// retested, stored when proven, else put in the lane's slots (`list`, `listed` of them taken; returns the new
+// count). retest_at_token_end: each pair goes to the slots as it is. Where the slots are taken, the pair is
+// retested and, if still declined, finished here.
+template <int H, Stream32 V>
+__device__ __noinline__ int take_declined_stream_pairs(const InputsView& in, const BackwardOutputs& out,
+                                                       const FallbackList& fb, int64_t s, int64_t d0,
+                                                       const float* weights, const uint4* grad, uint32_t declined,
+                                                       uint32_t* list, int listed) {
   for (uint32_t m = declined; m != 0; m &= m - 1) {
     const int bit = __ffs(m) - 1, r = bit / kPairsPerChunk, j = bit % kPairsPerChunk;
+    const int64_t d = d0 + 2 * j;
     uint32_t words[H];
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) words[ho] = chunk_word(chunk_from(grad[ho * kReduceLanes]), j);
-    ExactBf16Filter32 f[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      f[half].e = exact_error32(0.0f, 0.0f);  // no head: 2^-145
-#pragma unroll
-      for (int ho = 0; ho < H; ++ho) {
-        const float g = bf16_to_float(static_cast<bf16_bits>(words[ho] >> (16 * half)));
-        if (ho == 0) f[half].first(weights[r * H], g);
-        else f[half].add(weights[r * H + ho], g);
-        f[half].bound_step();
+    const bool slot_free = listed < kStreamListSlots<V>;
+    if (V == Stream32::retest_each_step || !slot_free) {
+      uint32_t lo, hi;
+      retest_stream_pair<H>(weights + r * H, words, lo, hi);
+      if (lo == hi) {
+        store_stream_pair<H>(out, s, in.shape.D, r, d, hi);
+        continue;
       }
     }
-    uint32_t lo, hi;
-    ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
-    if (lo == hi) {
-      bf16_bits* row = r == 0 ? out.grad_x + s * D : out.grad_residual + (s * H + r - 1) * D;
-      *reinterpret_cast<uint32_t*>(row + d0 + 2 * j) = hi;
-    } else if (listed < kStreamListSlots) {
-      fill_stream_slot<H>(list + listed++ * kStreamSlotWords<H>, r, d0 + 2 * j, words);
+    if (slot_free) {
+      fill_stream_slot<H>(list + listed++ * kStreamSlotWords<H>, r, d, words);
     } else {
       uint32_t own[kStreamSlotWords<H>];
-      fill_stream_slot<H>(own, r, d0 + 2 * j, words);
+      fill_stream_slot<H>(own, r, d, words);
       finish_stream_element<H>(in, out, fb, s, weights, own, 0);
       finish_stream_element<H>(in, out, fb, s, weights, own, 1);
     }
@@ -400,10 +433,11 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kStream32 = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, Stream32 V = Stream32::off>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
+  constexpr bool kStream32 = V != Stream32::off;
   static_assert(!kStream32 || (M == Mode::exact && kCompact && G == 1), "stream32 is a variant of the compact kernel");
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
@@ -497,9 +531,9 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
     }
 
     // stream32: this lane's pairs waiting for the token's end, in its slots of stream_list.
-    __shared__ uint32_t stream_list[kStream32 ? kWarps : 1]
-                                   [kStream32 ? kReduceLanes * kStreamListSlots * kStreamSlotWords<H> : 1];
-    uint32_t* const lane_list = kStream32 ? &stream_list[warp][lane * kStreamListSlots * kStreamSlotWords<H>] : nullptr;
+    constexpr int kLaneSlotWords = kStreamListSlots<V> * kStreamSlotWords<H>;
+    __shared__ uint32_t stream_list[kStream32 ? kWarps : 1][kStream32 ? kReduceLanes * kLaneSlotWords : 1];
+    uint32_t* const lane_list = kStream32 ? &stream_list[warp][lane * kLaneSlotWords] : nullptr;
     int listed = 0;
 
     for (int64_t i = 0; i < steps; ++i) {
@@ -600,31 +634,43 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         }
         store_chunk<true>(dst, kChunk, oc);
       }
-      // Declined elements. stream32: retested by the owner lane, the rest left for the token's end. Otherwise
+      // Declined elements. stream32: retested by the owner lane now or at the token's end (above). Otherwise
       // rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
       // in 10^4 on randn data): the step's elements are recomputed out of line over what was just stored, by
       // the filter with per-element bounds and, where it declines, the certified path.
       if constexpr (kStream32) {
         if (declined != 0)
-          listed = retest_stream_pairs<H>(in, out, fb, s, d0, &row_weights[warp][0], slot + R * kReduceLanes,
-                                          declined, lane_list, listed);
+          listed = take_declined_stream_pairs<H, V>(in, out, fb, s, d0, &row_weights[warp][0],
+                                                    slot + R * kReduceLanes, declined, lane_list, listed);
       } else if (declined != 0) {
         finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
       }
     }
     if constexpr (kStream32) {
-      // The warp's waiting pairs, finished together (the lanes are converged again here).
-      if (__any_sync(kFullMask, listed != 0)) {
+      // The warp's waiting pairs (retested first where that was deferred), finished together: the lanes are
+      // converged again here.
+      const float* const weights = &row_weights[warp][0];
+      uint32_t waiting = (1u << listed) - 1;  // bit k: slot k
+      if constexpr (V == Stream32::retest_at_token_end)
+        for (int k = 0; k < listed; ++k) {
+          const uint32_t* slot = lane_list + k * kStreamSlotWords<H>;
+          uint32_t lo, hi;
+          retest_stream_pair<H>(weights + slot[0] * H, slot + 2, lo, hi);
+          if (lo == hi) {
+            store_stream_pair<H>(out, s, D, static_cast<int>(slot[0]), slot[1], hi);
+            waiting &= ~(1u << k);
+          }
+        }
+      if (__any_sync(kFullMask, waiting != 0)) {
         __shared__ uint32_t stream_staging[kWarps][kReduceLanes * kStreamSlotWords<H>];
         uint32_t* const staging = stream_staging[warp];
-        const float* const weights = &row_weights[warp][0];
         auto finish = [&](int n) {
           detail::finish_staged_pairs<kStreamSlotWords<H>>(n, staging, [&](const uint32_t* slot, int e) {
             finish_stream_element<H>(in, out, fb, s, weights, slot, e);
           });
         };
         const int staged = detail::stage_warp_pairs(
-            (1u << listed) - 1, 0,
+            waiting, 0,
             [&](int k, int i) {
 #pragma unroll
               for (int word = 0; word < kStreamSlotWords<H>; ++word)
@@ -834,12 +880,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kStream32 = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, Stream32 V = Stream32::off>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kStream32>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, V>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -859,7 +905,7 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
 // stream32: the experiment's variant of the compact kernel where that runs (finite inputs; see above).
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                cudaStream_t stream, bool stream32) {
+                                cudaStream_t stream, Stream32 stream32) {
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
@@ -867,8 +913,13 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     constexpr int kCompactWaveTokens = kCompactBlocks * kBackwardWarps;
     if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count()) {
       // The waiting pairs hold d in 32 bits.
-      if (stream32 && in.shape.D < (int64_t{1} << 31))
-        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
+      if (in.shape.D < (int64_t{1} << 31)) {
+        if (stream32 == Stream32::retest_each_step)
+          return launch_backward_fast_kernel<M, H, 1, Pol, true, Stream32::retest_each_step>(pol, in, out, fb, stream);
+        if (stream32 == Stream32::retest_at_token_end)
+          return launch_backward_fast_kernel<M, H, 1, Pol, true, Stream32::retest_at_token_end>(pol, in, out, fb,
+                                                                                                stream);
+      }
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
     }
   }
@@ -877,7 +928,7 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
 
 template <Mode M, class Pol>
 void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream, bool stream32 = false) {
+                                 cudaStream_t stream, Stream32 stream32 = Stream32::off) {
   switch (in.shape.H) {
     case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream, stream32);
     case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream, stream32);
@@ -929,7 +980,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   if (backward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
       launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream,
-                                               finite_inputs && backward_stream32_requested());
+                                               finite_inputs ? requested_stream32() : Stream32::off);
       return;
     }
     with_static_preset(pd, [&](auto pol) {
@@ -949,10 +1000,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   }
 }
 
-bool backward_stream32_requested() {
-  const char* v = std::getenv("MHCDIFF_CUDA_BACKWARD");
-  return v != nullptr && std::string_view(v) == "stream32";
-}
+bool backward_stream32_requested() { return requested_stream32() != Stream32::off; }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   BackwardOutputs aligned_out;

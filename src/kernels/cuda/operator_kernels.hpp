@@ -37,9 +37,9 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                      const FallbackList& fallback, cudaStream_t stream, bool finite_inputs = true);
 
-// The experiment switch MHCDIFF_CUDA_BACKWARD=stream32 (backward_kernels.cu, docs/performance.md "What is still
-// open"): the compact exact backward's ∂x / ∂residual by a binary32 first test. Off unless set; finite inputs
-// only.
+// The experiment switch MHCDIFF_CUDA_BACKWARD=stream32 or stream32-deferred (backward_kernels.cu,
+// docs/performance.md "What is still open"): the compact exact backward's ∂x / ∂residual by a binary32 first
+// test. Off unless set; finite inputs only.
 bool backward_stream32_requested();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
