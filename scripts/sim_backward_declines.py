@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from sim_forward_declines import bf16
+from sim_forward_declines import bf16, interval_declines
 
 
 def main():
@@ -39,14 +39,8 @@ def main():
             s = (w[:, None, None, None].astype(np.float64) * g[:, ho] + s.astype(np.float64)).astype(np.float32)
             partial_sum += np.abs(s.astype(np.float64))
         W = sum((H - i) * np.abs(w.astype(np.float64)) for i, w in enumerate(weights)) * (1 + 2**-16) * u
-
-        def declines(e):
-            hi = np.nextafter((s + e).astype(np.float32), np.float32(np.inf))
-            lo = np.nextafter((s - e).astype(np.float32), np.float32(-np.inf))
-            return bf16(hi).view(np.uint32) != bf16(lo).view(np.uint32)
-
-        first[:, row] = declines(W[:, None, None, None] * step_max)
-        tight[:, row] = first[:, row] & declines(partial_sum * u * (1 + 2**-20))
+        first[:, row] = interval_declines(s, W[:, None, None, None] * step_max)
+        tight[:, row] = first[:, row] & interval_declines(s, partial_sum * u * (1 + 2**-20))
     first_pairs = first.reshape(tokens, H + 1, steps, lanes, 4, 2).any(5)
     left = tight.reshape(tokens, H + 1, steps, lanes, 4, 2).any(5)
     print(f"first test: 1 sum in {1 / first.mean():.0f} declined; lane-steps with a declined pair "

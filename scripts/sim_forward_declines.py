@@ -27,6 +27,14 @@ def bf16(a):
     return bits.astype(np.uint32).view(np.float32)
 
 
+def interval_declines(s, e):
+    """Whether [s - e, s + e] (binary32 s, its directed roundings emulated one step outwards) straddles a bf16
+    rounding boundary: its ends round to different bf16 values."""
+    hi = np.nextafter((s + e).astype(np.float32), np.float32(np.inf))
+    lo = np.nextafter((s - e).astype(np.float32), np.float32(-np.inf))
+    return bf16(hi).view(np.uint32) != bf16(lo).view(np.uint32)
+
+
 def main():
     tokens = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
     rng = np.random.default_rng(int(sys.argv[2]) if len(sys.argv) > 2 else 7)
@@ -50,15 +58,9 @@ def main():
             s = (w[:, None, None].astype(np.float64) * v + s.astype(np.float64)).astype(np.float32)
             partial_sum += np.abs(s.astype(np.float64))
         W = sum((n - i) * np.abs(w.astype(np.float64)) for i, w in enumerate(weights)) * (1 + 2**-16) * u
-
-        def declines(e):
-            hi = np.nextafter((s + e).astype(np.float32), np.float32(np.inf))
-            lo = np.nextafter((s - e).astype(np.float32), np.float32(-np.inf))
-            return bf16(hi).view(np.uint32) != bf16(lo).view(np.uint32)
-
-        declined["block"][:, ho] = declines(W[:, None, None] * block_max)
-        declined["pair"][:, ho] = declines(W[:, None, None] * pair_max)
-        declined["tight"][:, ho] = declines(partial_sum * u * (1 + 2**-20))
+        declined["block"][:, ho] = interval_declines(s, W[:, None, None] * block_max)
+        declined["pair"][:, ho] = interval_declines(s, W[:, None, None] * pair_max)
+        declined["tight"][:, ho] = interval_declines(s, partial_sum * u * (1 + 2**-20))
     for name, d in declined.items():
         pairs = d.reshape(tokens, H, lanes, 4, 2).any(4)
         print(f"{name:5s}: 1 output in {1 / d.mean():5.0f} declined; warp-tokens staging {pairs.any(axis=(1, 2, 3)).mean():.3f}; "
