@@ -11,7 +11,8 @@ binary32 fused multiply-adds (emulated as in scripts/sim_forward_declines.py), d
   tight: 2^-24·Σ_k |s_k| over the chain's partial sums (the owner lane's retest of what `first` declines).
 Prints sums per declined one for both bounds, the share of lane-steps and warp-steps with a declined pair, and
 for what the retest leaves: pairs per warp-token (the token-end round finishes 16 at a time) and the share of
-lane-tokens with more than the lane's two slots (those pairs are finished by the owner lane itself).
+lane-tokens with more than the lane's two slots (those pairs are finished by the owner lane itself); for
+stream32-deferred, which keeps the first test's pairs until the token's end, the same over four slots.
   usage: scripts/sim_backward_declines.py [tokens] [seed]
 """
 import sys
@@ -45,6 +46,9 @@ def main():
     left = tight.reshape(tokens, H + 1, steps, lanes, 4, 2).any(5)
     print(f"first test: 1 sum in {1 / first.mean():.0f} declined; lane-steps with a declined pair "
           f"{first_pairs.any(axis=(1, 4)).mean():.4f}; warp-steps {first_pairs.any(axis=(1, 3, 4)).mean():.3f}")
+    first_per_lane_token = first_pairs.sum(axis=(1, 2, 4))  # stream32-deferred: what each lane keeps
+    print(f"  deferred retest: pairs per lane-token {first_per_lane_token.mean():.2f}; lane-tokens over 4 slots "
+          f"{(first_per_lane_token > 4).mean():.4f}")
     per_lane_token = left.sum(axis=(1, 2, 4))  # pairs each lane keeps for the token's end
     print(f"after the retest: 1 sum in {1 / max(tight.mean(), 1e-12):.0f} declined; pairs per warp-token "
           f"{per_lane_token.sum(1).mean():.2f}; warp-tokens with a round {(per_lane_token.sum(1) > 0).mean():.3f}; "

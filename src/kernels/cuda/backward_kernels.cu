@@ -229,7 +229,7 @@ constexpr int kPairsPerChunk = kChunk / 2;
 template <int H>
 inline constexpr int kStreamSlotWords = 2 + H;
 // Waiting pairs per lane and token: after the retest about 0.16 on the bench's data at H = 4, before it about
-// 1.1 (more than four in 0.5 % of lane-tokens). A lane with more finishes the rest itself.
+// 1.1 (more than four in 0.65 % of lane-tokens). A lane with more finishes the rest itself.
 template <Stream32 V>
 inline constexpr int kStreamListSlots = V == Stream32::retest_at_token_end ? 4 : 2;
 
