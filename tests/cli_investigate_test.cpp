@@ -143,6 +143,52 @@ TEST_F(CliInvestigate, ExtractWritesAReproThatRunAndCompareAccept) {
   EXPECT_FALSE(std::filesystem::exists(path("none.h5")));
 }
 
+// extract's -o must replace none of the files it reads: the inputs, nor the file of either side (only the inputs
+// used to be checked, and `extract res.h5:hf-bf16 … -o res.h5` overwrote the candidate). Same file by any name.
+TEST_F(CliInvestigate, ExtractRefusesAnOutputThatIsOneOfItsSources) {
+  auto bytes = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string res = path("res.h5"), in = path("in.h5");
+  const std::string before = bytes(res), inputs_before = bytes(in);
+  std::filesystem::create_symlink(res, path("res-link.h5"));
+  for (const std::string& args : {
+           "extract " + res + ":hf-bf16 policy:exact --inputs " + in + " -o " + res,
+           "extract policy:exact " + res + ":hf-bf16 --inputs " + in + " -o " + path("./res.h5"),
+           "extract " + res + ":hf-bf16 policy:exact --inputs " + in + " -o " + path("res-link.h5"),
+           "extract " + res + ":hf-bf16 policy:exact --inputs " + in + " -o " + in,
+       }) {
+    const std::string cmd = std::string(MHCDIFF_BINARY) + " " + args + " 2>&1 >/dev/null";
+    std::string err;
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) err.append(buf, n);
+    const int status = pclose(p);
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << args << "\n" << err;
+    EXPECT_NE(err.find("which it would replace"), std::string::npos) << err;
+  }
+  EXPECT_EQ(bytes(res), before) << "res.h5 was overwritten";
+  EXPECT_EQ(bytes(in), inputs_before) << "in.h5 was overwritten";
+  EXPECT_TRUE(std::filesystem::is_symlink(path("res-link.h5")));
+  std::filesystem::remove(path("res-link.h5"));
+}
+
+// file.h5:NAME accepts a built-in policy's alias as compare does (res.h5 holds /results/hf-bf16; ":hf" names it):
+// fingerprint and extract used to say "no dataset /results/hf".
+TEST_F(CliInvestigate, FingerprintAndExtractResolvePolicyAliasesAsCompareDoes) {
+  const Result f = mhcdiff("fingerprint " + path("in.h5") + " " + path("res.h5") + ":hf");
+  EXPECT_EQ(f.code, 0) << f.out;
+  EXPECT_NE(f.out.find("BIT-EXACT MATCH: hf-bf16\n"), std::string::npos) << f.out;
+  const Result x = mhcdiff("extract " + path("res.h5") + ":hf policy:exact --inputs " + path("in.h5") +
+                           " --worst 2 -o " + path("alias.h5"));
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("(/results/hf-bf16 vs /results/exact)"), std::string::npos) << x.out;
+  EXPECT_EQ(mhcdiff("fingerprint " + path("in.h5") + " " + path("res.h5") + ":nosuch").code, 2);
+}
+
 // Candidates made by real PyTorch expressions (CPU, PyTorch 1.13 via /usr/bin/python3), written as a PyTorch
 // user would dump them (uint16 bits with dtype="bfloat16"). Skipped where torch or h5py is missing.
 TEST_F(CliInvestigate, FingerprintsCandidatesMadeByPyTorchExpressions) {

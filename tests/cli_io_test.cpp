@@ -2,7 +2,10 @@
 // line on stderr naming the file and dataset, and nothing written (no output, no temp file, an existing
 // output untouched) — SPEC §4.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -28,10 +31,11 @@ struct CliResult {
   }
 };
 
-CliResult run_cli(const TempDir& dir, const std::string& args) {
+// `shell_prefix` runs before the binary in the same shell (a resource limit, a `timeout`).
+CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& shell_prefix = "") {
   const std::string out = dir.file(".stdout"), err = dir.file(".stderr");
-  const std::string cmd = std::string("cd ") + dir.path.string() + " && " + MHCDIFF_BINARY + " " + args + " > " +
-                          out + " 2> " + err + " < /dev/null";
+  const std::string cmd = std::string("cd ") + dir.path.string() + " && " + shell_prefix + MHCDIFF_BINARY + " " + args +
+                          " > " + out + " 2> " + err + " < /dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -50,12 +54,22 @@ class CliIo : public ::testing::Test {
   void SetUp() override { write_inputs(dir.file("good.h5"), inputs); }
 
   // The bad-input contract: exit 2, one line naming what is wrong, nothing new in the directory.
-  void expect_refused(const std::string& args, std::initializer_list<const char*> must_mention) {
+  void expect_refused(const std::string& args, std::initializer_list<const char*> must_mention,
+                      const std::string& shell_prefix = "") {
     const auto before = sorted_entries();
-    const CliResult r = run_cli(dir, args);
+    const CliResult r = run_cli(dir, args, shell_prefix);
     EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
     EXPECT_EQ(r.error_lines(), 1) << "exactly one message expected, got:\n" << r.err;
     for (const char* text : must_mention) EXPECT_NE(r.err.find(text), std::string::npos) << "'" << text << "' in: " << r.err;
+    EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
+  }
+
+  // A value CLI11 refuses: exit 2 with CLI11's message (two lines: it adds "Run with --help …"), nothing written.
+  void expect_usage_error(const std::string& args, const char* must_mention) {
+    const auto before = sorted_entries();
+    const CliResult r = run_cli(dir, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find(must_mention), std::string::npos) << "'" << must_mention << "' in: " << r.err;
     EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
   }
 
@@ -247,6 +261,157 @@ TEST_F(CliIo, OutputEqualToInput) {
   expect_refused("run good.h5 -o good.h5", {"good.h5", "is the input file"});
   expect_refused("run good.h5 -o ./good.h5", {"good.h5", "is the input file"});
   EXPECT_EQ(read_file_bytes(dir.file("good.h5")), before);
+}
+
+// The same path rules for every file read (InputReader, TensorFile, policy files): a FIFO is refused before it is
+// opened (opening it used to block forever), a directory is named as one (compare used to say "no such file",
+// --policy-file "has no 'name = …' line").
+TEST_F(CliIo, InputsThatAreNotRegularFilesAreRefusedWithoutBlocking) {
+  ASSERT_EQ(mkfifo(dir.file("ff").c_str(), 0666), 0);
+  std::filesystem::create_directory(dir.file("adir"));
+  const std::string bounded = "timeout 10 ";  // a regression hangs: exit 124 instead of 2
+  expect_refused("run ff -o out.h5", {"input file ff is a FIFO", "regular files only"}, bounded);
+  expect_refused("info ff", {"ff is a FIFO"}, bounded);
+  expect_refused("compare ff good.h5", {"ff is a FIFO"}, bounded);
+  expect_refused("fingerprint good.h5 ff", {"ff is a FIFO"}, bounded);
+  expect_refused("run good.h5 -o out.h5 --policy-file ff", {"policy file ff is a FIFO"}, bounded);
+  expect_refused("compare adir good.h5", {"adir is a directory, not an HDF5 file"});
+  expect_refused("compare adir:hf good.h5", {"adir is a directory, not an HDF5 file"});
+  expect_refused("run good.h5 -o out.h5 --policy-file adir", {"policy file adir is a directory"});
+}
+
+// An existing output path that is not a regular file is never replaced (as root, `-o /dev/null` used to replace the
+// system's device node with an HDF5 file), by -o or by compare's --report; a symlink to one is refused too.
+TEST_F(CliIo, OutputsThatExistAndAreNotRegularFilesAreNeverReplaced) {
+  ASSERT_EQ(run_cli(dir, "run good.h5 -o res.h5 --policies hf,fp32-seeded").exit_code, 0);
+  ASSERT_EQ(mkfifo(dir.file("fifo").c_str(), 0666), 0);
+  ASSERT_EQ(symlink("/dev/null", dir.file("null-link").c_str()), 0);
+  expect_refused("run good.h5 -o fifo --policies hf", {"fifo", "exists and is not a regular file", "FIFO"});
+  expect_refused("gen -o fifo", {"fifo", "exists and is not a regular file"});
+  expect_refused("compare res.h5:hf res.h5:fp32-seeded --report fifo", {"cannot write the report fifo",
+                                                                         "exists and is not a regular file"});
+  expect_refused("run good.h5 -o null-link --policies hf", {"null-link", "not a regular file", "/dev/null"});
+  expect_refused("compare res.h5:hf res.h5:fp32-seeded --report null-link", {"null-link", "not a regular file"});
+  struct stat st {};
+  ASSERT_EQ(stat(dir.file("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("null-link"))) << "the symlink was replaced";
+  // A device node itself, where this process may make one (root): the reviewer's `mknod nulldev c 1 3`.
+  if (mknod(dir.file("nulldev").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    expect_refused("run good.h5 -o nulldev --policies hf", {"nulldev", "exists and is not a regular file",
+                                                              "character device"});
+    expect_refused("compare res.h5:hf res.h5:fp32-seeded --report nulldev", {"nulldev", "not a regular file"});
+    ASSERT_EQ(stat(dir.file("nulldev").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device node was replaced";
+  }
+}
+
+// An output path that is a symlink is written through: the target gets the content, the link stays (it used to be
+// replaced by a regular file). A dangling link into an existing directory creates its target.
+TEST_F(CliIo, OutputsThroughASymlinkWriteItsTarget) {
+  std::filesystem::create_directory(dir.file("sub"));
+  ASSERT_EQ(symlink("sub/res.h5", dir.file("res-link.h5").c_str()), 0);       // dangling
+  ASSERT_EQ(symlink("sub/report.txt", dir.file("report-link").c_str()), 0);  // dangling
+  for (int pass = 0; pass < 2; ++pass) {  // first creates the targets, then replaces them
+    CliResult r = run_cli(dir, "run good.h5 -o res-link.h5 --policies hf,fp32-seeded");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(std::filesystem::is_symlink(dir.file("res-link.h5")));
+    EXPECT_EQ(io::TensorFile(dir.file("sub/res.h5")).policies(), (std::vector<std::string>{"fp32-seeded", "hf-bf16"}));
+    r = run_cli(dir, "compare res-link.h5:hf res-link.h5:fp32-seeded --report report-link");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(std::filesystem::is_symlink(dir.file("report-link")));
+    EXPECT_NE(read_file_bytes(dir.file("sub/report.txt")).find("PASS"), std::string::npos);
+  }
+  EXPECT_EQ(sorted_entries(), (std::vector<std::string>{"good.h5", "report-link", "res-link.h5", "sub"}));
+}
+
+// What is wrong with an output path, said as it is (these used to say "directory afile does not exist" and
+// "cannot write the report adir: Success").
+TEST_F(CliIo, OutputPathMessagesSayWhatIsWrong) {
+  ASSERT_EQ(run_cli(dir, "run good.h5 -o res.h5 --policies hf,fp32-seeded").exit_code, 0);
+  std::ofstream(dir.file("afile")) << "a file";
+  std::filesystem::create_directory(dir.file("adir"));
+  expect_refused("run good.h5 -o afile/o.h5", {"afile/o.h5", "afile is not a directory"});
+  expect_refused("run good.h5 -o afile/deeper/o.h5", {"afile is not a directory"});
+  expect_refused("compare res.h5:hf res.h5:fp32-seeded --report adir", {"cannot write the report adir",
+                                                                         "is a directory"});
+  expect_refused("compare res.h5:hf res.h5:fp32-seeded --report afile/r.txt", {"cannot write the report",
+                                                                               "afile is not a directory"});
+}
+
+// Option values out of range are usage errors (exit 2 with CLI11's message), not silently clamped or replaced by
+// a default: --compress 10 was stored as 9, --threads -1 meant "all cores", --reps 0 ran 3.
+TEST_F(CliIo, OutOfRangeOptionValuesAreUsageErrors) {
+  expect_usage_error("gen --compress 10 -o c.h5", "--compress");
+  expect_usage_error("gen --compress -1 -o c.h5", "--compress");
+  expect_usage_error("run good.h5 -o out.h5 --compress 10", "--compress");
+  expect_usage_error("run good.h5 -o out.h5 --threads -1", "--threads");
+  expect_usage_error("golden regen good.h5 -o golden.h5 --threads -1", "--threads");
+  expect_usage_error("fingerprint good.h5 policy:hf --threads -1", "--threads");
+  expect_usage_error("extract policy:hf policy:exact --inputs good.h5 -o x.h5 --threads -1", "--threads");
+  expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --threads -1", "--threads");
+  expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --reps 0", "--reps");
+  expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --reps -3", "--reps");
+}
+
+// A write the system refuses is one sentence naming the output and the system's reason, exit 2, for every command
+// that writes HDF5: no "internal error", no crash (HDF5's atexit handler used to die of SIGSEGV, exit 139, on the
+// handles a failed close left behind), no temp file, the existing output untouched. The file size limit
+// (RLIMIT_FSIZE through `ulimit -f`, with SIGXFSZ ignored) fails writes with EFBIG just as a full disk fails them
+// with ENOSPC, and needs no root and no small filesystem; ENOSPC itself was checked on a 200 KiB tmpfs.
+TEST_F(CliIo, AWriteTheSystemRefusesIsOneSentenceAndExit2) {
+  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 512,4,256 --grad -o big.h5").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, "run big.h5 -o res.h5 --policies hf").exit_code, 0);
+  std::ofstream(dir.file("out.h5")) << "the previous output";
+  const std::string limited = "trap '' XFSZ; ulimit -f 256; ";  // 128 KiB
+  for (const char* args : {
+           "gen --preset randn --shape 2048,4,256 -o out.h5",           // fails in a dataset write
+           "gen --preset randn --shape 512,4,256 -o out.h5",            // fits the chunk caches: fails at commit
+           "run big.h5 -o out.h5 --policies hf --backward",
+           "golden regen big.h5 -o out.h5 --force --policies hf,fp32-seeded",
+           "extract res.h5:hf policy:fp32-seeded --inputs big.h5 --worst 512 -o out.h5",
+       }) {
+    expect_refused(args, {"writing the output out.h5 failed: file too large", "the existing out.h5 is untouched"},
+                   limited);
+    EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output") << args;
+  }
+  expect_refused("gen --preset randn --shape 2048,4,256 -o new.h5", {"new.h5", "file too large", "nothing was written"},
+                 limited);
+}
+
+// ENOSPC itself, on a 200 KiB tmpfs where this process may mount one (root; skipped elsewhere). Unlike the file
+// size limit, a full disk also fails HDF5's metadata writes at low offsets, after which HDF5 1.10 refuses every
+// later close unless the writer flushes once more into /dev/null (docs/format.md, "Atomic writes").
+TEST_F(CliIo, AFullDiskIsOneSentenceAndExit2) {
+  const std::string small = dir.file("small");
+  std::filesystem::create_directory(small);
+  if (std::system(("mount -t tmpfs -o size=200k tmpfs " + small + " > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root); the file size limit test covers the rest";
+  struct Unmount {
+    std::string path;
+    ~Unmount() {
+      const int rc = std::system(("umount " + path + " > /dev/null 2>&1").c_str());
+      EXPECT_EQ(rc, 0) << "umount " << path;
+    }
+  } unmount{small};
+  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 512,4,256 --grad -o big.h5").exit_code, 0);
+  std::ofstream(small + "/out.h5") << "the previous output";
+  for (const char* args : {
+           "gen --preset randn --shape 1024,4,256 -o small/out.h5",
+           "gen --preset randn --shape 4096,4,256 -o small/out.h5",
+           "run big.h5 -o small/out.h5 --policies hf --backward",
+           "golden regen big.h5 -o small/out.h5 --force --policies hf,fp32-seeded",
+       }) {
+    const CliResult r = run_cli(dir, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.error_lines(), 1) << r.err;
+    EXPECT_NE(r.err.find("writing the output small/out.h5 failed: no space left on device"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(read_file_bytes(small + "/out.h5"), "the previous output") << args;
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(small)) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{"out.h5"}) << "no temp file may remain after: " << args;
+  }
 }
 
 TEST_F(CliIo, BackwardWithoutGradOut) {

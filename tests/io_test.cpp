@@ -2,9 +2,12 @@
 // orientation are honoured, bad values are refused with a sentence, and writes are atomic.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -394,11 +397,79 @@ TEST(Store, TerminatedWriterRemovesItsTempFile) {
 TEST(Store, WriterRefusesItsInputAsOutputAndMissingDirectories) {
   TempDir dir;
   write_small_result(dir.file("in.h5"), 0x3f80);
-  EXPECT_THROW(io::ResultWriter(dir.file("in.h5"), dir.file("in.h5")), InputError);
-  EXPECT_THROW(io::ResultWriter(dir.file("./in.h5"), dir.file("in.h5")), InputError);
+  EXPECT_THROW(io::ResultWriter(dir.file("in.h5"), {{"input", dir.file("in.h5")}}), InputError);
+  EXPECT_THROW(io::ResultWriter(dir.file("./in.h5"), {{"input", dir.file("in.h5")}}), InputError);
+  // Any of several sources: the inputs and both sides of an extract, say.
+  EXPECT_THROW(io::ResultWriter(dir.file("in.h5"), {{"inputs", dir.file("other.h5")}, {"candidate", dir.file("in.h5")}}),
+               InputError);
   EXPECT_THROW(io::ResultWriter(dir.file("nope/out.h5")), InputError);
   EXPECT_THROW(io::ResultWriter(dir.path.string()), InputError);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"in.h5"});
+}
+
+// A child process whose files may not grow past 128 KiB (RLIMIT_FSIZE, SIGXFSZ ignored: writes fail with EFBIG,
+// as they fail with ENOSPC on a full disk) writes a result of `sh` over an existing file. Returns the child's exit
+// status: 0 when the writer threw an IoError naming the output and the reason; a signal when the process crashed
+// on its way out (HDF5's atexit handler used to die of SIGSEGV on the dataset handles a failed close left behind).
+int write_past_the_file_size_limit(const std::string& path, const Shape& sh) {
+  std::fflush(nullptr);  // the child must not write the parent's buffered output again
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{128 << 10, 128 << 10};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    int code = 5;  // nothing failed
+    try {
+      io::ResultWriter w(path);
+      w.declare_inputs(sh, false);
+      Inputs in;
+      in.shape = sh;
+      in.x.assign(size_t(sh.S * sh.D), 0x4000);
+      in.residual.assign(size_t(sh.S * sh.H * sh.D), 0x4000);
+      in.post.assign(size_t(sh.S * sh.H), 2.0f);
+      in.comb.assign(size_t(sh.S * sh.H * sh.H), 2.0f);
+      w.append_inputs(0, in);
+      w.commit();
+    } catch (const IoError& e) {
+      const std::string m = e.what();
+      code = m.find("writing the output " + path + " failed: file too large") != std::string::npos &&
+                     m.find("untouched") != std::string::npos
+                 ? 0
+                 : 3;
+      if (code != 0) std::fprintf(stderr, "unexpected message: %s\n", e.what());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "not an IoError: %s\n", e.what());
+      code = 4;
+    }
+    std::exit(code);  // runs the atexit handlers, HDF5's included
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST(Store, AWriteTheSystemRefusesIsAnIoErrorAndEveryHandleCloses) {
+  TempDir dir;
+  const std::string path = dir.file("r.h5");
+  write_small_result(path, 0x3f80);
+  const std::string before = read_file_bytes(path);
+  // 4096 tokens overflow the chunk caches (H5Dwrite fails); 256 tokens fit them (the flush in commit() fails).
+  for (const Shape& sh : {Shape{4096, 4, 256}, Shape{256, 4, 256}}) {
+    const int status = write_past_the_file_size_limit(path, sh);
+    EXPECT_TRUE(WIFEXITED(status)) << "S=" << sh.S << ": the child died of signal " << WTERMSIG(status);
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << "S=" << sh.S;
+    EXPECT_EQ(read_file_bytes(path), before);
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"r.h5"}) << "the temp file must be removed";
+  }
+}
+
+TEST(Store, SetCompressionRefusesLevelsOutside0To9) {
+  TempDir dir;
+  io::ResultWriter w(dir.file("r.h5"));
+  EXPECT_THROW(w.set_compression(10), std::invalid_argument);
+  EXPECT_THROW(w.set_compression(-1), std::invalid_argument);
+  EXPECT_NO_THROW(w.set_compression(9));
 }
 
 // ---- other tools read what we write ---------------------------------------------------------------------

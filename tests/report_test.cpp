@@ -321,6 +321,28 @@ TEST(MarkdownReport, HasTheVerdictATableRowPerTensorAndTheFailedGates) {
   EXPECT_NE(md.find("- `out` `max-ulp`: max ULP inf"), std::string::npos) << md;
 }
 
+// The report file follows the output rules of every mhcdiff output (io::AtomicOutput): written through a symlink,
+// never over a file the comparison read (a caller passes those as `sources`), never over a directory.
+TEST(ReportFile, IsWrittenThroughSymlinksAndNeverOverASourceFile) {
+  const ScratchDir scratch;
+  const auto cand = scratch.write("cand.h5", "candidate bytes");
+  const auto link = scratch.path / "report-link";
+  std::filesystem::create_symlink("report.txt", link);
+  report::write_file_atomically(link.string(), "the report\n");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  std::ifstream in(scratch.path / "report.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "the report\n");
+  try {
+    report::write_file_atomically(cand.string(), "the report\n", {{"candidate", cand.string()}});
+    ADD_FAILURE() << "the candidate file was replaced";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("it is the candidate file"), std::string::npos) << e.what();
+  }
+  std::ifstream kept(cand);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "candidate bytes");
+  EXPECT_THROW(report::write_file_atomically(scratch.path.string(), "x"), InputError);
+}
+
 TEST(Numbers, CountsAndPercentsReadWell) {
   EXPECT_EQ(report::count(16777216), "16,777,216");
   EXPECT_EQ(report::count(999), "999");

@@ -28,7 +28,9 @@ void add_extract_command(CLI::App& app, CommandContext&) {
   cmd->add_option("--worst", args->o.worst, "how many tokens to extract")->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   cmd->add_option("-o,--output", args->output, "the repro file (written atomically)")->required();
   cmd->add_option("--policy-file", args->policy_files, "a user policy usable as policy:NAME; repeatable");
-  cmd->add_option("--threads", args->o.threads, "CPU threads for policy: sides (0: all)")->capture_default_str();
+  cmd->add_option("--threads", args->o.threads, "CPU threads for policy: sides (0: all)")
+      ->check(thread_count_check())
+      ->capture_default_str();
   add_input_read_options(cmd, args->read);
   cmd->callback([args] {
     investigate::ExtractOptions o = args->o;

@@ -36,7 +36,7 @@ void add_fingerprint_command(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--survivors", args->o.survivors, "variants verified on every element")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->capture_default_str();
+  cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
   add_input_read_options(cmd, args->read);
   cmd->callback([args, &ctx] {
     const io::ReadOptions read = args->read.options();

@@ -49,7 +49,9 @@ void add_gen_command(CLI::App& app, CommandContext&) {
       ->capture_default_str();
   cmd->add_option("--kappa-max", args->knobs.kappa_max, "cancellation: largest target condition number")
       ->capture_default_str();
-  cmd->add_option("--compress", args->compress, "shuffle+deflate level 0..9 (0: none)")->capture_default_str();
+  cmd->add_option("--compress", args->compress, "shuffle+deflate level 0..9 (0: none)")
+      ->check(CLI::Range(0, 9))
+      ->capture_default_str();
   cmd->callback([args] {
     gen::GenOptions o = args->knobs;
     o.preset = gen::parse_preset(args->preset);

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "io/files.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
 #include "kernels/dispatch.hpp"
 #include "policy/policy.hpp"
@@ -71,6 +72,22 @@ struct Side {
   std::string dataset(const std::string& name) const { return (group == "/" ? "" : group) + "/" + name; }
 };
 
+}  // namespace
+
+std::optional<std::string> find_results_group(const io::TensorFile& file, const std::string& name) {
+  const std::vector<std::string> groups = file.policies();
+  auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
+  if (has_group(name)) return "/results/" + name;
+  try {  // an alias such as ":hf" for the group hf-bf16
+    const Policy& p = find_policy(name);
+    if (has_group(p.name)) return "/results/" + p.name;
+  } catch (const std::invalid_argument&) {
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   const std::vector<std::string> groups = f.policies();
   auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
@@ -90,14 +107,8 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
     if (f.exists("/out")) return "/";
   } else if (g.rfind("/results/", 0) == 0 && has_group(g.substr(9))) {
     return g;
-  } else if (g.front() != '/' && has_group(g)) {
-    return "/results/" + g;
   } else if (g.front() != '/') {
-    try {  // an alias such as ":hf" for the group hf-bf16
-      const Policy& p = find_policy(g);
-      if (has_group(p.name)) return "/results/" + p.name;
-    } catch (const std::invalid_argument&) {
-    }
+    if (auto found = find_results_group(f, g)) return *found;
   }
   throw InputError(fmt::format("{} has no results group '{}'; it holds: {}", spec.path, spec.group, join_names(groups)));
 }
@@ -321,6 +332,9 @@ SideSpec parse_side(const std::string& text) {
     s.group = text.substr(colon + 1);
     return s;
   }
+  // Not a regular file: say what the path is when it exists (a directory, a FIFO), else that there is none.
+  const std::string file = colon != std::string::npos && !fs::exists(text, ec) ? text.substr(0, colon) : text;
+  if (fs::exists(file, ec)) io::require_regular_file(file, "file", "an HDF5 file");
   std::string hint;
   try {
     hint = fmt::format(" (to compute the {} policy from --inputs, write policy:{})", find_policy(text).name, text);

@@ -2,6 +2,7 @@
 // `mhcdiff compare` as a library function (SPEC §4, §5): resolve both sides, stream slabs of tokens through
 // the metric accumulators, evaluate the gates. Memory is bounded by the slab size, never by S.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,11 @@ struct SideSpec {
   std::string text;    // as given
 };
 SideSpec parse_side(const std::string& text);
+
+// The results group "/results/<group>" that NAME (as in file.h5:NAME) designates in `file`: the group NAME, or the
+// group of the built-in policy NAME is an alias of (":hf" finds /results/hf-bf16). std::nullopt when neither is
+// there. compare and the investigation commands (fingerprint, extract) resolve NAME with it alike.
+std::optional<std::string> find_results_group(const io::TensorFile& file, const std::string& name);
 
 // The tensors mhcdiff compares by default (their *_f64 twins are compared only when named in --tensors).
 const std::vector<std::string>& primary_tensors();

@@ -42,6 +42,11 @@ void append_token(Inputs& dst, const Inputs& t) {
 ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource& reference, const std::string& inputs_path,
                                     const std::string& output, const ExtractOptions& options) {
   if (options.worst < 1) throw InputError(fmt::format("--worst must be at least 1 (got {})", options.worst));
+  // The output must replace none of the files read: the inputs, nor a file side (-o res.h5 with res.h5:hf-bf16).
+  std::vector<io::SourceFile> sources = {{"inputs", inputs_path}};
+  if (!candidate.is_policy) sources.push_back({"candidate", candidate.path});
+  if (!reference.is_policy) sources.push_back({"reference", reference.path});
+  io::check_output_path(output, "output", sources);
   io::InputReader reader(inputs_path, options.read);
   const Shape shape = reader.shape();
   check_out_shape(candidate, shape);
@@ -106,7 +111,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
     summary.candidate_group += "-candidate";
     summary.reference_group += "-reference";
   }
-  io::ResultWriter writer(output, inputs_path);
+  io::ResultWriter writer(output, sources);
   writer.declare_inputs(repro.shape, repro.has_grad());
   writer.append_inputs(0, repro);
   io::InputChecksum checksum;  // of the repro's own inputs, which its result groups were computed from

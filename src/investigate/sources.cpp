@@ -6,7 +6,9 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "compare/engine.hpp"
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
 
@@ -41,7 +43,14 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
     return src;
   };
   if (!suffix.empty()) {
-    if (suffix.front() != '/') suffix = "/results/" + suffix;
+    // ":NAME" names a results group as compare resolves it: the group itself or a built-in policy's alias (":hf").
+    if (suffix.front() != '/') {
+      if (auto group = compare::find_results_group(file, suffix); group && file.exists(*group + "/out")) {
+        src.label = group->substr(group->rfind('/') + 1);
+        return use(*group + "/out");
+      }
+      suffix = "/results/" + suffix;
+    }
     if (file.exists(suffix)) {
       src.label = suffix;
       return use(suffix);
@@ -50,7 +59,9 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
       src.label = suffix.substr(suffix.rfind('/') + 1);
       return use(suffix + "/out");
     }
-    throw InputError(fmt::format("{} has no dataset {} and no {}/out", path, suffix, suffix));
+    const std::vector<std::string> groups = file.policies();
+    throw InputError(fmt::format("{} has no dataset {} and no {}/out (its results groups: {})", path, suffix, suffix,
+                                 groups.empty() ? "none" : fmt::format("{}", fmt::join(groups, ", "))));
   }
   const std::vector<std::string> groups = file.policies();
   std::vector<std::string> with_out;

@@ -24,7 +24,7 @@ struct OutSource {
 };
 
 // Resolves "policy:NAME" (NAME a built-in, alias, or one of `user_policies`) or a file side. For a file:
-// ":NAME" means /results/NAME/out; ":/path" a dataset or a group holding `out`; no suffix means the file's
+// ":NAME" means /results/NAME/out, NAME a group or, as compare reads it, a built-in policy's alias (":hf"); ":/path" a dataset or a group holding `out`; no suffix means the file's
 // only /results group, else /out. InputError when the file or dataset is missing or ambiguous.
 OutSource resolve_out_source(const std::string& text, const std::vector<Policy>& user_policies = {});
 

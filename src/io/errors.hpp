@@ -11,4 +11,11 @@ class InputError : public std::runtime_error {
   explicit InputError(const std::string& sentence) : std::runtime_error(sentence) {}
 };
 
+// The system refused a write or read (disk full, file too large, an I/O error): not a bug in mhcdiff, so it is
+// reported like bad input, one sentence naming the file and the system's reason, exit code 2.
+class IoError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 }  // namespace mhc

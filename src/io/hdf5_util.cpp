@@ -3,15 +3,43 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+
+#include "io/files.hpp"
 
 namespace mhc::io::detail {
 
 void silence_hdf5_errors() {
   static std::once_flag once;
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+namespace {
+
+struct FailureWalk {
+  std::string innermost;  // the description where the error was detected
+  int system_errno = 0;   // from a "... errno = N, ..." description (the sec2 driver's read/write failures)
+};
+
+herr_t note_failure(unsigned, const H5E_error2_t* e, void* data) {
+  auto* walk = static_cast<FailureWalk*>(data);
+  const std::string desc = e->desc ? e->desc : "";
+  if (walk->innermost.empty()) walk->innermost = desc;
+  if (const size_t at = desc.find("errno = "); at != std::string::npos && walk->system_errno == 0)
+    walk->system_errno = std::atoi(desc.c_str() + at + 8);
+  return 0;
+}
+
+}  // namespace
+
+std::string hdf5_failure_reason() {
+  FailureWalk walk;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, note_failure, &walk);
+  if (walk.system_errno > 0) return system_reason(walk.system_errno);
+  return walk.innermost.empty() ? "the HDF5 library reported an error" : "HDF5: " + walk.innermost;
 }
 
 Handle make_bf16_type() {
@@ -150,7 +178,7 @@ void transfer_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count
       mem_space = Handle(H5Screate_simple(int(blk.count.size()), blk.count.data(), nullptr));
     }
     if (io(dataset, mem_type, mem_space.get(), file_space.get(), buffer) < 0)
-      throw std::runtime_error("HDF5 transfer failed");
+      throw std::runtime_error(hdf5_failure_reason());  // before any other HDF5 call clears the error stack
     buffer += blk.elements * elem;
   }
 }

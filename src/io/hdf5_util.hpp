@@ -45,6 +45,11 @@ class Handle {
 // HDF5 prints its own error stack to stderr by default; we report one sentence instead (SPEC §4).
 void silence_hdf5_errors();
 
+// Why the HDF5 call that just failed failed, from HDF5's error stack (call it before any other HDF5 call): the
+// system's reason when a read or write failed ("no space left on device", "file too large"), else HDF5's own
+// innermost description.
+std::string hdf5_failure_reason();
+
 // The bf16 file/memory type: IEEE-like float, sign bit 15, exponent bits 7..14 (bias 127), mantissa 0..6.
 // A new copy each call (the caller owns it).
 Handle make_bf16_type();
@@ -60,7 +65,8 @@ std::string dims_text(const std::vector<int64_t>& dims);
 std::string dims_text(const std::vector<hsize_t>& dims);
 
 // Reads/writes elements [first, first + count) in row-major order of `dims` (the dataset's extent) with one
-// H5Dread/H5Dwrite per block (at most ~2·rank blocks; one for whole rows). Throws std::runtime_error on failure.
+// H5Dread/H5Dwrite per block (at most ~2·rank blocks; one for whole rows). Throws std::runtime_error on failure;
+// write_flat's message is hdf5_failure_reason().
 void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, void* dst);
 void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src);
 

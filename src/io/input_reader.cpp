@@ -5,8 +5,8 @@
 #include <bit>
 #include <boost/crc.hpp>
 #include <cmath>
-#include <filesystem>
 
+#include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
 
@@ -159,10 +159,7 @@ struct InputReader::Impl {
 
   void open() {
     detail::silence_hdf5_errors();
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (!fs::exists(path, ec)) throw InputError(fmt::format("input file {} does not exist", path));
-    if (fs::is_directory(path, ec)) throw InputError(fmt::format("input {} is a directory, not an HDF5 file", path));
+    require_regular_file(path, "input file", "an HDF5 file");  // before opening: a FIFO would block forever
     if (H5Fis_hdf5(path.c_str()) <= 0)
       throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
     file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));

@@ -1,75 +1,24 @@
 // ResultWriter: builds an mhcdiff/1 file in a temp file beside the destination and renames it over the
 // destination on commit(), so a reader never sees a partial file and a failed run leaves the old one intact.
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <chrono>
-#include <csignal>
-#include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <map>
+#include <optional>
 
+#include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
 
 namespace mhc::io {
 
 using detail::Handle;
-namespace fs = std::filesystem;
 
-// ---- temp files removed on SIGINT/SIGTERM/SIGHUP ------------------------------------------------------------
-// A killed run must not leave its temp file behind. SIGKILL cannot be caught (its temp file, named
-// .<output>.mhcdiff-tmp-XXXXXX, stays; the destination is intact either way); the catchable signals unlink every
-// registered temp file and then die with the default action. Fixed-size storage because a signal handler may
-// only call async-signal-safe functions (unlink, signal, raise), never allocate.
 namespace {
-
-constexpr int kMaxTempFiles = 8;
-struct TempSlot {
-  std::atomic<bool> used{false};
-  char path[4096] = {};
-};
-std::array<TempSlot, kMaxTempFiles> g_temp_slots;
-
-extern "C" void remove_temps_and_die(int sig) {
-  for (TempSlot& slot : g_temp_slots)
-    if (slot.used.load()) unlink(slot.path);
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
-void install_signal_cleanup() {
-  static std::atomic<bool> installed{false};
-  if (installed.exchange(true)) return;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction current {};
-    sigaction(sig, nullptr, &current);
-    if (current.sa_handler == SIG_DFL) std::signal(sig, remove_temps_and_die);  // never replace someone's handler
-  }
-}
-
-int register_temp(const std::string& path) {
-  install_signal_cleanup();
-  if (path.size() >= sizeof(TempSlot::path)) return -1;
-  for (int i = 0; i < kMaxTempFiles; ++i) {
-    TempSlot& slot = g_temp_slots[size_t(i)];
-    if (slot.used.load()) continue;
-    std::memcpy(slot.path, path.c_str(), path.size() + 1);
-    slot.used.store(true);
-    return i;
-  }
-  return -1;
-}
-
-void unregister_temp(int slot) {
-  if (slot >= 0) g_temp_slots[size_t(slot)].used.store(false);
-}
 
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -117,8 +66,10 @@ struct DatasetEntry {
 }  // namespace
 
 struct ResultWriter::Impl {
+  // Declared first so it is destroyed last: its destructor removes the temp file once every HDF5 handle below
+  // is closed.
+  std::optional<AtomicOutput> output;
   std::string path, temp_path;
-  int temp_slot = -1;
   Handle file;
   bool committed = false;
   std::vector<int64_t> batch_dims;  // empty: {S} of the first declare
@@ -129,15 +80,40 @@ struct ResultWriter::Impl {
 
   ~Impl() { discard(); }
 
+  // The error path (a writer destroyed without commit()): close every HDF5 handle, datasets first, then groups,
+  // then the file, so HDF5's atexit handler (H5_term_library) finds none. Closing writes whatever HDF5 still caches,
+  // and when the disk is full (or the file size limit is reached) that write fails too: HDF5 then keeps the
+  // half-closed object in its ID table and the atexit handler crashes on it (SIGSEGV after the error message).
+  // The temp file is being thrown away, so its descriptor is first pointed at /dev/null, where every write
+  // succeeds, and flushed once there: HDF5 1.10 leaves its metadata cache's skip list enabled after a failed
+  // flush ("slist already enabled?"), refusing every later close, and a flush that runs to its end (it reports
+  // the stale failure but goes on) disables it again. Then every handle closes cleanly and the AtomicOutput
+  // unlinks the temp file.
   void discard() {
     if (committed) return;
+    if (file.valid()) {
+      divert_writes_to_null();
+      H5Fflush(file.get(), H5F_SCOPE_GLOBAL);
+    }
     datasets.clear();
     groups.clear();
     file.reset();
-    if (!temp_path.empty()) unlink(temp_path.c_str());
-    unregister_temp(temp_slot);
-    temp_slot = -1;
-    temp_path.clear();
+    output.reset();
+  }
+
+  void divert_writes_to_null() {
+    void* vfd_handle = nullptr;
+    if (H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &vfd_handle) < 0 || vfd_handle == nullptr) return;
+    const int fd = *static_cast<int*>(vfd_handle);  // the sec2 (default) driver's handle is its descriptor
+    const int sink = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (sink < 0) return;
+    dup2(sink, fd);
+    close(sink);
+  }
+
+  // An HDF5 write that failed: the system's reason (disk full, file too large) as one sentence.
+  [[noreturn]] void write_failed(const std::string& reason, const std::string& where) const {
+    throw IoError(output->failure(where.empty() ? reason : fmt::format("{} ({})", reason, where)));
   }
 
   hid_t group(const std::string& name) {
@@ -222,8 +198,8 @@ struct ResultWriter::Impl {
       throw std::logic_error("ResultWriter: wrong element type for " + key);
     try {
       detail::write_flat(e.dataset.get(), mem, uint64_t(s0 * e.row_elems), data.size(), data.data());
-    } catch (const std::runtime_error&) {
-      throw std::runtime_error(fmt::format("writing {} to {} failed (disk full?)", key, temp_path));
+    } catch (const std::runtime_error& failure) {  // its message is the system's reason
+      write_failed(failure.what(), "dataset " + key);
     }
   }
 
@@ -237,46 +213,17 @@ struct ResultWriter::Impl {
   }
 };
 
-ResultWriter::ResultWriter(const std::string& path, const std::string& forbid_same_as)
+ResultWriter::ResultWriter(const std::string& path, const std::vector<SourceFile>& sources)
     : impl_(std::make_unique<Impl>()) {
   detail::silence_hdf5_errors();
   Impl& m = *impl_;
   m.path = path;
-  if (path.empty()) throw InputError("the output path is empty");
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    throw InputError(fmt::format("output path {} is a directory; expected a file name", path));
-  if (!forbid_same_as.empty()) {
-    const bool same = (fs::exists(path, ec) && fs::equivalent(path, forbid_same_as, ec)) ||
-                      fs::weakly_canonical(fs::absolute(path), ec) ==
-                          fs::weakly_canonical(fs::absolute(forbid_same_as), ec);
-    if (same)
-      throw InputError(fmt::format("output path {} is the input file; choose another output (it would be replaced)",
-                                   path));
-  }
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec))
-    throw InputError(fmt::format("cannot write output {}: directory {} does not exist", path, dir.string()));
-  if (access(dir.c_str(), W_OK | X_OK) != 0)
-    throw InputError(fmt::format("cannot write output {}: directory {} is not writable", path, dir.string()));
-  if (fs::exists(path, ec) && access(path.c_str(), W_OK) != 0)
-    throw InputError(fmt::format("cannot write output {}: the existing file is not writable", path));
-
-  std::string templ = (dir / fmt::format(".{}.mhcdiff-tmp-XXXXXX", fs::path(path).filename().string())).string();
-  const int fd = mkstemp(templ.data());
-  if (fd < 0)
-    throw InputError(fmt::format("cannot write output {}: could not create a temp file in {} ({})", path,
-                                 dir.string(), std::strerror(errno)));
-  // mkstemp makes the file 0600; give it the mode a plain create would (0666 minus the umask).
-  const mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, 0666 & ~mask);
-  close(fd);
-  m.temp_path = templ;
-  m.temp_slot = register_temp(m.temp_path);
+  m.output.emplace(path, "output", sources);  // every check on the path (docs/format.md, "Validation")
+  m.temp_path = m.output->temp_path();
   m.file = Handle(H5Fcreate(m.temp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!m.file.valid()) throw InputError(fmt::format("cannot write output {}: HDF5 could not create {}", path, templ));
+  if (!m.file.valid())
+    throw IoError(fmt::format("cannot write the output {}: HDF5 could not create {} ({})", path, m.temp_path,
+                              detail::hdf5_failure_reason()));
   detail::write_string_attribute(m.file.get(), "format", "mhcdiff/1");
   detail::write_string_attribute(m.file.get(), "comb_layout", "src,dst");
 }
@@ -289,7 +236,11 @@ void ResultWriter::set_batch_dims(const std::vector<int64_t>& batch_dims) {
   impl_->batch_dims = batch_dims;
 }
 
-void ResultWriter::set_compression(int deflate_level) { impl_->deflate_level = std::clamp(deflate_level, 0, 9); }
+void ResultWriter::set_compression(int deflate_level) {
+  if (deflate_level < 0 || deflate_level > 9)
+    throw std::invalid_argument(fmt::format("the compression level must be 0..9 (got {})", deflate_level));
+  impl_->deflate_level = deflate_level;
+}
 
 void ResultWriter::declare_inputs(const Shape& shape, bool with_grad) {
   Impl& m = *impl_;
@@ -380,29 +331,15 @@ void ResultWriter::describe_inputs(const std::string& source_file, const std::st
 void ResultWriter::commit() {
   Impl& m = *impl_;
   if (m.committed) throw std::logic_error("ResultWriter::commit called twice");
+  // Flush with every dataset still open, so a full disk is reported here (and the error path closes the handles)
+  // rather than by a dataset close that fails half-way.
+  if (H5Fflush(m.file.get(), H5F_SCOPE_GLOBAL) < 0) m.write_failed(detail::hdf5_failure_reason(), "");
   m.datasets.clear();
   m.groups.clear();
-  const hid_t f = m.file.get();
-  if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(f) < 0)
-    throw std::runtime_error(fmt::format("finishing {} failed (disk full?); {} was left untouched", m.temp_path,
-                                         m.path));
+  if (H5Fclose(m.file.get()) < 0) m.write_failed(detail::hdf5_failure_reason(), "");
   m.file = Handle();  // already closed by H5Fclose
-  // Data on disk before the rename, so a crash right after it cannot expose an empty file.
-  if (int fd = open(m.temp_path.c_str(), O_RDONLY); fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  if (std::rename(m.temp_path.c_str(), m.path.c_str()) != 0)
-    throw std::runtime_error(fmt::format("could not rename {} to {}: {}", m.temp_path, m.path, std::strerror(errno)));
+  m.output->commit();
   m.committed = true;
-  unregister_temp(m.temp_slot);
-  m.temp_slot = -1;
-  fs::path dir = fs::path(m.path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
 }
 
 }  // namespace mhc::io

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/errors.hpp"
+#include "io/files.hpp"
 #include "kernels/tensors.hpp"
 #include "policy/policy.hpp"
 
@@ -98,12 +99,14 @@ struct Provenance {
 };
 Provenance make_provenance(const Policy& policy, const std::string& device, const std::string& input_checksum);
 
-// Writes a complete mhcdiff/1 file atomically. Nothing appears at `path` until commit(); a writer that is
-// destroyed without commit() removes its temp file and leaves any existing file untouched.
+// Writes a complete mhcdiff/1 file atomically (an AtomicOutput). Nothing appears at `path` until commit(); a writer
+// that is destroyed without commit() closes every HDF5 handle, removes its temp file and leaves any existing file
+// untouched. A write the system refuses (disk full, file too large) is an IoError naming the output and the reason.
 class ResultWriter {
  public:
-  // Throws InputError when the destination directory is not writable, or when path names `forbid_same_as`.
-  explicit ResultWriter(const std::string& path, const std::string& forbid_same_as = "");
+  // Throws InputError for an output path AtomicOutput refuses, e.g. one that is the same file as one of `sources`
+  // (the files the command reads).
+  explicit ResultWriter(const std::string& path, const std::vector<SourceFile>& sources = {});
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;

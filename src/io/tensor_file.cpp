@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <filesystem>
 
+#include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
 
@@ -63,10 +63,7 @@ struct TensorFile::Impl {
 TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
   detail::silence_hdf5_errors();
   impl_->path = path;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(fmt::format("file {} does not exist", path));
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(fmt::format("{} is a directory, not an HDF5 file", path));
+  require_regular_file(path, "file", "an HDF5 file");  // before opening: a FIFO would block forever
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
   impl_->file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));

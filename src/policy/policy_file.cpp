@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "io/errors.hpp"
+#include "io/files.hpp"
 
 // Hand-written rather than a TOML library: the format is a flat list of `key = value` lines over eight
 // enumerations, no TOML parser is among the project's installed dependencies, and a dedicated parser can
@@ -182,6 +183,7 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
 }
 
 Policy read_policy_file(const std::string& path) {
+  io::require_regular_file(path, "policy file", "a policy file");  // a directory opens, then reads as empty
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("cannot read policy file {}: it does not exist or is not readable", path));
   std::ostringstream ss;

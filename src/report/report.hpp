@@ -4,8 +4,10 @@
 // case per tensor × gate, for CI dashboards). All render the same CompareReport, so none can contradict the
 // exit code.
 #include <string>
+#include <vector>
 
 #include "compare/report_model.hpp"
+#include "io/files.hpp"
 
 namespace mhc::report {
 
@@ -25,8 +27,11 @@ std::string render(const compare::CompareReport& report, ReportFormat format);
 // The one-line verdict every format starts from, e.g. "FAIL: 1 of 7 gates failed (exit 1)".
 std::string verdict_line(const compare::CompareReport& report);
 
-// Writes `content` to `path` atomically (a temp file beside it, renamed over it), so a CI artefact is never
-// half-written. Throws InputError when the directory is not writable.
-void write_file_atomically(const std::string& path, const std::string& content);
+// Writes `content` to `path` atomically (an io::AtomicOutput: a temp file beside it, renamed over it), so a CI
+// artefact is never half-written. Throws InputError for a path AtomicOutput refuses (a directory, a device node, a
+// missing or unwritable directory, one of `sources`: the files the comparison read) and IoError when the write
+// fails (disk full).
+void write_file_atomically(const std::string& path, const std::string& content,
+                           const std::vector<io::SourceFile>& sources = {});
 
 }  // namespace mhc::report

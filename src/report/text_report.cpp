@@ -1,13 +1,14 @@
 // The default report: a compact block per tensor, modelled on torch.testing.assert_close's message
 // ("Mismatched elements: N / M (x%)", "Greatest absolute difference: … at index (…)"), then the ULP histogram,
 // the truth metrics and census, the worst offenders and the gates. The first and last lines carry the verdict.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include "io/errors.hpp"
+#include "io/files.hpp"
 #include "report/numbers.hpp"
 #include "report/report.hpp"
 
@@ -152,27 +153,25 @@ std::string render_text(const CompareReport& r) {
   return o;
 }
 
-void write_file_atomically(const std::string& path, const std::string& content) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp-mhcdiff");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError("cannot write the report " + path + ": its directory does not exist or is not writable");
-    f << content;
-    f.close();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw InputError("cannot write the report " + path + " (disk full?)");
+void write_file_atomically(const std::string& path, const std::string& content,
+                           const std::vector<io::SourceFile>& sources) {
+  // The same path rules and temp-file-and-rename as every HDF5 output (io::AtomicOutput): a directory, a device
+  // node or a FIFO is refused, a symlink is written through to its target.
+  io::AtomicOutput out(path, "report", sources);
+  const int fd = open(out.temp_path().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) throw IoError(out.failure(io::system_reason(errno)));
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      close(fd);
+      throw IoError(out.failure(io::system_reason(err)));
     }
+    done += size_t(n);
   }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw InputError("cannot write the report " + path + ": " + ec.message());
-  }
+  if (close(fd) != 0) throw IoError(out.failure(io::system_reason(errno)));
+  out.commit();
 }
 
 }  // namespace mhc::report

@@ -47,7 +47,9 @@ RunSummary run_policies(const RunOptions& o) {
   for (const Policy& p : policies) summary.policies.push_back({p.name, {}, 0.0});
 
   // Constructed after every check on the inputs: a bad input never creates even a temp file.
-  io::ResultWriter writer(o.output, o.input);
+  std::vector<io::SourceFile> sources = {{"input", o.input}};
+  for (const std::string& f : o.policy_files) sources.push_back({"policy", f});
+  io::ResultWriter writer(o.output, sources);
   writer.set_batch_dims(reader.batch_dims());
   writer.set_compression(o.deflate_level);
   writer.declare_inputs(shape, reader.has_grad());

@@ -1,0 +1,230 @@
+// Which paths mhcdiff may read and write, and the temp-file-and-rename that makes every output atomic.
+#include "io/files.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace mhc::io {
+
+namespace fs = std::filesystem;
+
+// ---- temp files removed on SIGINT/SIGTERM/SIGHUP ------------------------------------------------------------
+// A killed run must not leave its temp file behind. SIGKILL cannot be caught (its temp file, named
+// .<output>.mhcdiff-tmp-XXXXXX, stays; the destination is intact either way); the catchable signals unlink every
+// registered temp file and then die with the default action. Fixed-size storage because a signal handler may
+// only call async-signal-safe functions (unlink, signal, raise), never allocate.
+namespace {
+
+constexpr int kMaxTempFiles = 8;
+struct TempSlot {
+  std::atomic<bool> used{false};
+  char path[4096] = {};
+};
+std::array<TempSlot, kMaxTempFiles> g_temp_slots;
+
+extern "C" void remove_temps_and_die(int sig) {
+  for (TempSlot& slot : g_temp_slots)
+    if (slot.used.load()) unlink(slot.path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_signal_cleanup() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    sigaction(sig, nullptr, &current);
+    if (current.sa_handler == SIG_DFL) std::signal(sig, remove_temps_and_die);  // never replace someone's handler
+  }
+}
+
+int register_temp(const std::string& path) {
+  install_signal_cleanup();
+  if (path.size() >= sizeof(TempSlot::path)) return -1;
+  for (int i = 0; i < kMaxTempFiles; ++i) {
+    TempSlot& slot = g_temp_slots[size_t(i)];
+    if (slot.used.load()) continue;
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.used.store(true);
+    return i;
+  }
+  return -1;
+}
+
+void unregister_temp(int slot) {
+  if (slot >= 0) g_temp_slots[size_t(slot)].used.store(false);
+}
+
+std::string kind_of(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::fifo: return "a FIFO (named pipe)";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+// `p` with every symlink of its last component followed (a dangling link gives the path it points to), then
+// made canonical as far as it exists. Sets `followed` when a link was followed.
+fs::path resolve_output(const fs::path& p0, bool& followed) {
+  std::error_code ec;
+  fs::path p = fs::absolute(p0, ec);
+  if (ec) p = p0;
+  followed = false;
+  for (int hops = 0; fs::is_symlink(p, ec); ++hops) {
+    if (hops == 40) throw std::system_error(std::make_error_code(std::errc::too_many_symbolic_link_levels));
+    const fs::path link = fs::read_symlink(p);
+    p = link.is_absolute() ? link : p.parent_path() / link;
+    followed = true;
+  }
+  fs::path canonical = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : canonical;
+}
+
+}  // namespace
+
+std::string system_reason(int err) {
+  std::string s = std::strerror(err);
+  if (!s.empty()) s[0] = char(std::tolower(static_cast<unsigned char>(s[0])));
+  return s;
+}
+
+void require_regular_file(const std::string& path, const std::string& role, const std::string& expected) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found || path.empty())
+    throw InputError(fmt::format("{} {} does not exist", role, path));
+  if (ec) throw InputError(fmt::format("cannot read {} {}: {}", role, path, ec.message()));
+  if (st.type() == fs::file_type::regular) return;
+  if (st.type() == fs::file_type::directory)
+    throw InputError(fmt::format("{} {} is a directory, not {}", role, path, expected));
+  throw InputError(fmt::format("{} {} is {}, not {}: mhcdiff reads regular files only", role, path,
+                               kind_of(st.type()), expected));
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec)) return true;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea), cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
+  return !ea && !eb && ca == cb;
+}
+
+namespace {
+
+struct CheckedOutput {
+  fs::path target, dir;  // dir: as the user wrote it (as the link points, when one was followed)
+  bool existed = false;
+};
+
+CheckedOutput check_output(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources) {
+  auto refuse = [&](const std::string& why) {
+    throw InputError(fmt::format("cannot write the {} {}: {}", what, path, why));
+  };
+  if (path.empty()) throw InputError(fmt::format("the {} path is empty", what));
+  CheckedOutput out;
+  bool followed = false;
+  try {
+    out.target = resolve_output(path, followed);
+  } catch (const std::system_error& e) {
+    refuse(e.code().message());
+  }
+  const std::string via = followed ? fmt::format(" (the symlink points to {})", out.target.string()) : "";
+  std::error_code ec;
+  const fs::file_status st = fs::status(out.target, ec);
+  if (st.type() == fs::file_type::directory) refuse("it is a directory; expected a file name" + via);
+  out.existed = fs::exists(st);
+  if (out.existed && st.type() != fs::file_type::regular)
+    refuse(fmt::format("it exists and is not a regular file ({}{}), and mhcdiff replaces regular files only",
+                       kind_of(st.type()), followed ? ": " + out.target.string() : ""));
+  for (const SourceFile& src : sources)
+    if (!src.path.empty() && same_file(out.target.string(), src.path))
+      refuse(fmt::format("it is the {} file, which it would replace; choose another {} path", src.role, what));
+
+  out.dir = followed ? out.target.parent_path() : fs::path(path).parent_path();
+  if (out.dir.empty()) out.dir = ".";
+  if (!fs::is_directory(out.dir, ec)) {
+    // The nearest ancestor that exists tells a regular file where a directory should be from a missing one.
+    fs::path ancestor = out.dir;
+    while (!ancestor.empty() && ancestor != ancestor.root_path() && !fs::exists(ancestor, ec))
+      ancestor = ancestor.parent_path();
+    if (!ancestor.empty() && fs::exists(ancestor, ec) && !fs::is_directory(ancestor, ec))
+      refuse(fmt::format("{} is not a directory", ancestor.string()));
+    refuse(fmt::format("directory {} does not exist", out.dir.string()));
+  }
+  if (access(out.dir.c_str(), W_OK | X_OK) != 0) refuse(fmt::format("directory {} is not writable", out.dir.string()));
+  if (out.existed && access(out.target.c_str(), W_OK) != 0) refuse("the existing file is not writable" + via);
+  return out;
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources) {
+  check_output(path, what, sources);
+}
+
+AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources)
+    : requested_(path), what_(what) {
+  const CheckedOutput checked = check_output(path, what, sources);
+  target_ = checked.target;
+  existed_ = checked.existed;
+  std::string templ = (target_.parent_path() / fmt::format(".{}.mhcdiff-tmp-XXXXXX", target_.filename().string()))
+                          .string();
+  const int fd = mkstemp(templ.data());
+  if (fd < 0)
+    throw IoError(fmt::format("cannot write the {} {}: could not create a temp file in {} ({})", what, path,
+                              checked.dir.string(), system_reason(errno)));
+  // mkstemp makes the file 0600; give it the mode a plain create would (0666 minus the umask).
+  const mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
+  close(fd);
+  temp_path_ = templ;
+  temp_slot_ = register_temp(temp_path_);
+}
+
+AtomicOutput::~AtomicOutput() {
+  if (!committed_ && !temp_path_.empty()) unlink(temp_path_.c_str());
+  unregister_temp(temp_slot_);
+}
+
+std::string AtomicOutput::failure(const std::string& reason) const {
+  return fmt::format("writing the {} {} failed: {}; {}", what_, requested_, reason,
+                     existed_ ? fmt::format("the existing {} is untouched", requested_) : "nothing was written");
+}
+
+void AtomicOutput::commit() {
+  if (committed_) throw std::logic_error("AtomicOutput::commit called twice");
+  // Data on disk before the rename, so a crash right after it cannot expose an empty file.
+  const int fd = open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(failure(system_reason(errno)));
+  if (fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    throw IoError(failure(system_reason(err)));
+  }
+  close(fd);
+  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) throw IoError(failure(system_reason(errno)));
+  committed_ = true;
+  unregister_temp(temp_slot_);
+  temp_slot_ = -1;
+  if (int dir = open(target_.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+    fsync(dir);
+    close(dir);
+  }
+}
+
+}  // namespace mhc::io

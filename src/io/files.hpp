@@ -1,0 +1,69 @@
+#pragma once
+// The filesystem side of the store (docs/format.md, "Validation" and "Atomic writes"): which paths may be read
+// and written, and how an output replaces its destination atomically. Shared by ResultWriter (HDF5 outputs) and
+// report::write_file_atomically (compare's --report), so both refuse the same paths with the same sentences.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/errors.hpp"
+
+namespace mhc::io {
+
+// InputError unless `path` names a regular file (symlinks followed): a directory or a device is never an HDF5 or
+// policy file, and opening a FIFO would block forever. `role` starts the sentence ("input file"), `expected` ends
+// it ("an HDF5 file").
+void require_regular_file(const std::string& path, const std::string& role, const std::string& expected);
+
+// A file the command reads, which its output must not replace, e.g. {"input", "in.h5"}, {"candidate", "res.h5"}.
+struct SourceFile {
+  std::string role;
+  std::string path;
+};
+
+// True when `a` and `b` name the same file: std::filesystem::equivalent (hard links, symlinks) or, for a path that
+// does not exist yet, the same canonical path.
+bool same_file(const std::string& a, const std::string& b);
+
+// The checks AtomicOutput's constructor makes, alone: a command calls it before its work, so a refused output path
+// fails fast (the writer checks again when it is created).
+void check_output_path(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {});
+
+// An output file written beside its destination and renamed over it on commit(), so a reader never sees a partial
+// file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,
+// e.g. "output" or "report"): an empty path; a directory; an existing path that is not a regular file (a device
+// node, a FIFO: never replaced); a path that is the same file as one of `sources`; a missing or unwritable
+// directory; an existing file that is not writable. A symlink is written through: its target gets the content
+// and the link stays. The temp file `.<name>.mhcdiff-tmp-XXXXXX` (mode 0666 & ~umask) is removed by the
+// destructor unless commit() ran, and by SIGINT, SIGTERM and SIGHUP.
+class AtomicOutput {
+ public:
+  AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {});
+  ~AtomicOutput();
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+
+  const std::string& path() const { return requested_; }         // as the user wrote it
+  const std::filesystem::path& target() const { return target_; }  // the file replaced (symlinks resolved)
+  const std::string& temp_path() const { return temp_path_; }
+
+  // fsyncs the temp file, renames it over the target and fsyncs the directory; IoError when that fails.
+  void commit();
+
+  // The sentence for a failed write: "writing the output o.h5 failed: no space left on device; nothing was
+  // written" (or "…; the existing o.h5 is untouched").
+  std::string failure(const std::string& reason) const;
+
+ private:
+  std::string requested_, what_;
+  std::filesystem::path target_;
+  bool existed_ = false;
+  std::string temp_path_;
+  int temp_slot_ = -1;
+  bool committed_ = false;
+};
+
+// strerror(err) with a lower-case first letter, to end a sentence ("no space left on device").
+std::string system_reason(int err);
+
+}  // namespace mhc::io
