@@ -208,6 +208,34 @@ TEST_F(CliCompare, IdenticalTensorsHaveZeroMaxRelLikeMaxAbs) {
 }
 
 // Counts against an independent computation (h5py + numpy, tests/refs/compare_reference.py).
+// Results of other inputs of the same shape are not comparable: the groups' input_checksum provenance (and that
+// of --inputs) must agree, else exit 2 naming both sides; the golden check refuses a dump of other inputs.
+TEST_F(CliCompare, ResultsOfOtherInputsAreExitTwo) {
+  ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 8,4,96 --seed 4 --grad -o in_other.h5").rc, 0);
+  ASSERT_EQ(mhcdiff("run in_other.h5 -o res_other.h5 --policies hf,exact --backward --device cpu").rc, 0);
+  expect_input_error("compare res_other.h5:hf-bf16 res.h5:exact --tensors out", "different inputs");
+  expect_input_error("compare res_other.h5:hf-bf16 policy:exact --inputs in.h5 --tensors out",
+                     "computed from other inputs than in.h5");
+  ASSERT_EQ(mhcdiff("golden regen in.h5 -o golden_inputs.h5 --policies exact,fp32-seeded").rc, 0);
+  expect_input_error("golden check res_other.h5:exact --golden golden_inputs.h5", "different inputs");
+  // The same inputs still compare.
+  EXPECT_EQ(mhcdiff("compare res_other.h5:hf-bf16 policy:exact --inputs in_other.h5 --tensors out").rc, 0);
+}
+
+// --report must never replace a file the comparison reads.
+TEST_F(CliCompare, AReportOverAnInputFileIsExitTwoAndLeavesItIntact) {
+  const std::string before = slurp(dir / "res.h5"), inputs = slurp(dir / "in.h5");
+  expect_input_error("compare res.h5:hf-bf16 res.h5:exact --format json --report res.h5", "res.h5");
+  expect_input_error("compare policy:hf policy:exact --inputs in.h5 --tensors out --report in.h5", "in.h5");
+  ASSERT_EQ(mhcdiff("golden regen in.h5 -o golden_report.h5 --policies exact,fp32-seeded").rc, 0);
+  const std::string golden = slurp(dir / "golden_report.h5");
+  expect_input_error("golden check res.h5:fp32-seeded --golden golden_report.h5 --format junit --report golden_report.h5",
+                     "golden_report.h5");
+  EXPECT_EQ(slurp(dir / "res.h5"), before);
+  EXPECT_EQ(slurp(dir / "in.h5"), inputs);
+  EXPECT_EQ(slurp(dir / "golden_report.h5"), golden);
+}
+
 TEST_F(CliCompare, CountsAgreeWithAnIndependentNumpyComputation) {
   if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 with h5py and numpy is not available";

@@ -23,7 +23,8 @@ void add_compare_command(CLI::App& app, CommandContext& ctx) {
     compare::CompareOptions c = to_compare_options(*opt);
     c.candidate = (*sides)[0];
     c.reference = (*sides)[1];
-    ctx.exit_code = emit_report(compare::run_compare(c), *opt);
+    const auto read = compared_files(*opt, {{"candidate", c.candidate}, {"reference", c.reference}}, c.inputs);
+    ctx.exit_code = emit_report(compare::run_compare(c), *opt, read);
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include "compare/engine.hpp"
 #include "input_cli.hpp"
+#include "io/files.hpp"
 #include "io/errors.hpp"
 #include "report/report.hpp"
 
@@ -84,7 +85,7 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   cmd->add_option("--device", o.device, "where policy: sides and the exact truth are computed")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->check(CLI::Range(0, 65536))->capture_default_str();
   if (with_inputs) add_input_read_options(cmd, o.read);
 }
 
@@ -168,12 +169,28 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   return c;
 }
 
+// The files a comparison reads (the sides that are files, --inputs, the golden file), which its --report must not
+// replace; checked before the comparison runs, so a refused path fails fast.
+inline std::vector<io::SourceFile> compared_files(const CompareCliOptions& o,
+                                                  std::initializer_list<std::pair<const char*, std::string>> sides,
+                                                  const std::string& inputs) {
+  std::vector<io::SourceFile> files;
+  for (const auto& [role, side] : sides) {
+    const compare::SideSpec spec = compare::parse_side(side);
+    if (!spec.is_policy) files.push_back({role, spec.path});
+  }
+  if (!inputs.empty()) files.push_back({"inputs", inputs});
+  if (!o.report_path.empty()) io::check_output_path(o.report_path, "report", files);
+  return files;
+}
+
 // Prints (or writes) the report; returns the exit code (0 / 1). With --report, the file gets the --format
 // rendering and stdout still gets the text summary.
-inline int emit_report(const compare::CompareReport& rep, const CompareCliOptions& o) {
+inline int emit_report(const compare::CompareReport& rep, const CompareCliOptions& o,
+                       const std::vector<io::SourceFile>& read) {
   const report::ReportFormat f = report::parse_report_format(o.format);
   if (!o.report_path.empty()) {
-    report::write_file_atomically(o.report_path, report::render(rep, f));
+    report::write_file_atomically(o.report_path, report::render(rep, f), read);
     fmt::print("{}", report::render_text(rep));
   } else {
     fmt::print("{}", report::render(rep, f));

@@ -113,6 +113,15 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   throw InputError(fmt::format("{} has no results group '{}'; it holds: {}", spec.path, spec.group, join_names(groups)));
 }
 
+// The checksum of the inputs a results group was computed from (its input_checksum provenance, docs/format.md);
+// "" for a policy side, a bare /out dataset, or a file written by something else (a PyTorch dump).
+std::string input_checksum_of(const Side& s) {
+  if (!s.file || s.group == "/") return "";
+  for (const auto& [k, v] : s.file->attributes(s.group))
+    if (k == "input_checksum") return v;
+  return "";
+}
+
 bool group_is_exact(const io::TensorFile& f, const std::string& group) {
   if (group == "/") return false;
   for (const auto& [k, v] : f.attributes(group))
@@ -352,6 +361,13 @@ CompareReport run_compare(const CompareOptions& opt) {
   Side cand = open_side(opt.candidate, reader.get(), user_policies);
   Side ref = open_side(opt.reference, reader.get(), user_policies);
   const std::vector<std::string> names = select_tensors(opt, cand, ref);
+  // Results of other inputs of the same shape would compare without complaint and report nonsense: where both
+  // groups carry their inputs' checksum, the checksums must agree (and those of --inputs, checked after the
+  // pass that reads them).
+  const std::string cand_inputs = input_checksum_of(cand), ref_inputs = input_checksum_of(ref);
+  if (!cand_inputs.empty() && !ref_inputs.empty() && cand_inputs != ref_inputs)
+    throw InputError(fmt::format("{} and {} were computed from different inputs (input_checksum {} and {})",
+                                 cand.label(), ref.label(), cand_inputs, ref_inputs));
 
   std::optional<Shape> shape;
   if (reader) shape = reader->shape();
@@ -447,12 +463,14 @@ CompareReport run_compare(const CompareOptions& opt) {
   // ---- one streaming pass ----
   SlabBuffer cbuf, rbuf, tbuf, t64buf;
   std::vector<double> magnitudes;
+  io::InputChecksum inputs_checksum;
   for (int64_t s0 = 0; s0 < rows; s0 += slab_rows) {
     const int64_t n = std::min(slab_rows, rows - s0);
     Inputs in;
     std::map<std::string, PolicyResult> results;
     if (reader) {
       in = reader->read_slab(s0, n);
+      inputs_checksum.update(in);
       for (const auto& [pname, pol] : computed) {
         PolicyResult& r = results[pname];
         const bool backward = need_backward && in.has_grad();
@@ -496,6 +514,14 @@ CompareReport run_compare(const CompareOptions& opt) {
         if (w.ref_census) w.ref_census->add(static_cast<const bf16_bits*>(r), t64, magnitudes.data(), count, first);
       }
     }
+  }
+
+  if (reader) {
+    const std::string read = inputs_checksum.hex();
+    for (const auto& [side, sum] : {std::pair{&cand, cand_inputs}, std::pair{&ref, ref_inputs}})
+      if (!sum.empty() && sum != read)
+        throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {})",
+                                     side->label(), opt.inputs, sum, read));
   }
 
   // ---- the report ----
