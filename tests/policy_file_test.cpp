@@ -99,6 +99,11 @@ TEST(PolicyFile, RejectsBadFilesWithLineNumbers) {
   expect_error("coef = bf16\n", "no 'name");
   expect_error("name = \"all\"\n", "line 1");
   expect_error("name = \"a\nb\"\n", "line 1");
+  expect_error("name = \"a\"\ncoef = \"bf16\" trailing\n", "text after the closing quote of 'coef'");
+  expect_error("name = \"a\"\ncoef = \"bf16\n", "unterminated string for 'coef'");
+  // A setting the order never reaches is an error, not a silent no-op.
+  expect_error("name = \"a\"\norder = seeded\nmix_rounding = bf16\n", "no effect with order = seeded");
+  EXPECT_NO_THROW(parse_policy_text("name = \"a\"\norder = mix-first\nmix_rounding = bf16\n", "my.policy"));
 }
 
 TEST(PolicyFile, ResolvesListsWithFilePoliciesAndRefusesNameClashes) {

@@ -149,7 +149,10 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
     if (key.empty()) fail("a line starts with '=' (missing key)");
     if (value.empty()) fail(fmt::format("'{}' has no value", key));
     if (value.front() == '"') {
-      if (value.size() < 2 || value.back() != '"') fail(fmt::format("unterminated string for '{}'", key));
+      if (value.size() < 2 || value.back() != '"')
+        fail(value.find('"', 1) != std::string::npos
+                 ? fmt::format("text after the closing quote of '{}' (found '{}')", key, value)
+                 : fmt::format("unterminated string for '{}'", key));
       std::string unq;
       for (size_t i = 1; i + 1 < value.size(); ++i) {
         if (value[i] == '\\' && i + 2 < value.size()) ++i;
@@ -179,6 +182,11 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
       fail(fmt::format("'{}' cannot be '{}' (allowed: {})", key, value, it->allowed));
   }
   if (policy.name.empty()) throw InputError(fmt::format("policy file {} has no 'name = \"...\"' line", source));
+  // A setting the chosen order never reaches would be silently ignored: the user meant something else.
+  if (policy.desc.order == TermOrder::seeded && policy.desc.mix_rounding == MixRounding::bf16)
+    throw InputError(fmt::format("policy file {}: mix_rounding = bf16 has no effect with order = seeded (the seeded "
+                                 "loop has no separate mix sum to round); use order = mix-first or mix-pairwise",
+                                 source));
   return policy;
 }
 
