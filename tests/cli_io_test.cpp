@@ -352,6 +352,23 @@ TEST_F(CliIo, OutOfRangeOptionValuesAreUsageErrors) {
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --threads -1", "--threads");
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --reps 0", "--reps");
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --reps -3", "--reps");
+  // Seeds outside 0..2^64-1 used to wrap or saturate to another seed's data (SPEC §7).
+  for (const char* seed : {"-1", "18446744073709551616", "99999999999999999999999", "' -2'", "''", "1x"})
+    expect_usage_error(std::string("gen --seed ") + seed + " -o s.h5", "--seed");
+  expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --seed -5", "--seed");
+  EXPECT_EQ(run_cli(dir, "gen --seed 18446744073709551615 -o s.h5").exit_code, 0);
+}
+
+// A preset's knob given to another preset would be silently ignored; a shape larger than the disk would write
+// for hours before failing. Both are refused up front; `info` shows batch dims only where there are several.
+TEST_F(CliIo, GenRefusesKnobsOfOtherPresetsAndShapesTheDiskCannotHold) {
+  expect_refused("gen --preset randn --sigma 2 -o k.h5", {"--sigma", "realistic"});
+  expect_refused("gen --preset realistic --kappa-min 5 -o k.h5", {"--kappa-min", "cancellation"});
+  expect_refused("gen --shape 4000000000,16,4096 -o huge.h5", {"huge.h5", "GB free"});
+  EXPECT_EQ(run_cli(dir, "gen --preset realistic --sigma 2 -o k.h5").exit_code, 0);
+  CliResult r = run_cli(dir, "info k.h5");
+  EXPECT_NE(r.out.find("inputs: S=16, H=4"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("batch dims"), std::string::npos) << r.out;
 }
 
 // A write the system refuses is one sentence naming the output and the system's reason, exit 2, for every command

@@ -1,7 +1,11 @@
 // mhcdiff gen: write a preset input file (SPEC §7).
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
+
 #include <charconv>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
 #include "gen/presets.hpp"
@@ -37,22 +41,34 @@ void add_gen_command(CLI::App& app, CommandContext&) {
   CLI::App* cmd = app.add_subcommand("gen", "write a deterministic input file from a preset (SPEC §7)");
   cmd->add_option("--preset", args->preset, "seed-example | randn | realistic | cancellation")->capture_default_str();
   cmd->add_option("--shape", args->shape, "S,H,D (tokens, streams 1..16, hidden size)")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "seed of the counter-based generator")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the counter-based generator")->check(seed_check())->capture_default_str();
   cmd->add_flag("--grad", args->grad, "also write /inputs/grad_out (needed by run --backward)");
   cmd->add_option("-o,--output", args->output, "output file (written atomically)")->required();
-  cmd->add_option("--sigma", args->knobs.sigma, "realistic: std-dev of the Sinkhorn logits")->capture_default_str();
-  cmd->add_option("--rho", args->knobs.rho, "realistic: residual rms / rms(x) per token")->capture_default_str();
-  cmd->add_option("--sinkhorn-iterations", args->knobs.sinkhorn_iterations, "realistic: Sinkhorn iterations")
-      ->capture_default_str();
-  cmd->add_option("--sinkhorn-eps", args->knobs.sinkhorn_eps, "realistic: Sinkhorn eps")->capture_default_str();
-  cmd->add_option("--kappa-min", args->knobs.kappa_min, "cancellation: smallest target condition number")
-      ->capture_default_str();
-  cmd->add_option("--kappa-max", args->knobs.kappa_max, "cancellation: largest target condition number")
-      ->capture_default_str();
+  // Each preset's own knobs; giving one to another preset is a usage error (it would be silently ignored).
+  const std::vector<std::pair<CLI::Option*, const char*>> knobs = {
+      {cmd->add_option("--sigma", args->knobs.sigma, "realistic: std-dev of the Sinkhorn logits")->capture_default_str(),
+       "realistic"},
+      {cmd->add_option("--rho", args->knobs.rho, "realistic: residual rms / rms(x) per token")->capture_default_str(),
+       "realistic"},
+      {cmd->add_option("--sinkhorn-iterations", args->knobs.sinkhorn_iterations, "realistic: Sinkhorn iterations")
+           ->capture_default_str(),
+       "realistic"},
+      {cmd->add_option("--sinkhorn-eps", args->knobs.sinkhorn_eps, "realistic: Sinkhorn eps")->capture_default_str(),
+       "realistic"},
+      {cmd->add_option("--kappa-min", args->knobs.kappa_min, "cancellation: smallest target condition number")
+           ->capture_default_str(),
+       "cancellation"},
+      {cmd->add_option("--kappa-max", args->knobs.kappa_max, "cancellation: largest target condition number")
+           ->capture_default_str(),
+       "cancellation"}};
   cmd->add_option("--compress", args->compress, "shuffle+deflate level 0..9 (0: none)")
       ->check(CLI::Range(0, 9))
       ->capture_default_str();
-  cmd->callback([args] {
+  cmd->callback([args, knobs] {
+    for (const auto& [option, preset] : knobs)
+      if (option->count() > 0 && args->preset != preset)
+        throw InputError(fmt::format("{} applies to --preset {} only (got --preset {})", option->get_name(), preset,
+                                     args->preset));
     gen::GenOptions o = args->knobs;
     o.preset = gen::parse_preset(args->preset);
     o.shape = parse_shape(args->shape);

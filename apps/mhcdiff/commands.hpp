@@ -3,6 +3,10 @@
 // defaults and, in its callback, calls one library entry point and stores the exit code in ctx.
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cstdint>
+#include <string>
+
 namespace mhc::cli {
 
 struct CommandContext {
@@ -12,6 +16,21 @@ struct CommandContext {
 // The check of every --threads option: 0 (all cores) or a count; a negative count is a usage error (exit 2),
 // never silently "all".
 inline CLI::Range thread_count_check() { return CLI::Range(0, 65536); }
+
+// The check of every --seed: decimal digits only, within 0..2^64 - 1. CLI11 would read "-1" or "2^64 + 1" into a
+// uint64_t by wrapping or saturating, so different seeds a user typed would give the same data (SPEC §7).
+inline CLI::Validator seed_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [next, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || text.front() < '0' || text.front() > '9' || ec != std::errc() || next != end)
+          return "a seed is an integer from 0 to 18446744073709551615, got '" + text + "'";
+        return "";
+      },
+      "0..2^64-1");
+}
 
 void add_gen_command(CLI::App& app, CommandContext& ctx);
 void add_run_command(CLI::App& app, CommandContext& ctx);

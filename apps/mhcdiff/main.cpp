@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     spdlog::error("{}", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    spdlog::error("not enough memory for this request (a smaller --shape, --slab-tokens or fewer policies at once)");
+    return 2;
   } catch (const std::exception& e) {
     spdlog::error("internal error: {}", e.what());
     return 2;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "gen/det_math.hpp"
@@ -203,8 +204,29 @@ Inputs generate_slab(const GenOptions& o, int64_t s0, int64_t count) {
   return in;
 }
 
+namespace {
+
+// The inputs' bytes: x, residual and grad_out as bf16, post and comb as fp32.
+double input_bytes(const Shape& sh, bool grad) {
+  const double S = double(sh.S), H = sh.H, D = double(sh.D);
+  return S * (2 * D * (1 + H * (grad ? 2 : 1)) + 4 * (H + H * H));
+}
+
+}  // namespace
+
 void write_generated(const GenOptions& o, const std::string& path, int deflate_level) {
   validate(o);
+  // A shape too large for the disk would write for hours before failing: refuse it first. Compressed, these
+  // random mantissas shrink about 1.5x (docs/format.md), never 2x.
+  {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(path, ec).parent_path();
+    const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+    const double need = input_bytes(o.shape, o.grad) / (deflate_level > 0 ? 2 : 1);
+    if (!ec && need > double(space.available))
+      throw InputError(fmt::format("{}: the file would take about {:.3g} GB, but its filesystem has {:.3g} GB free",
+                                   path, need / 1e9, double(space.available) / 1e9));
+  }
   io::ResultWriter writer(path);
   writer.set_compression(deflate_level);
   writer.declare_inputs(o.shape, o.grad);

@@ -107,8 +107,11 @@ std::string describe_file(const std::string& path) {
   try {
     InputReader reader(path);
     const Shape& s = reader.shape();
-    w.text += fmt::format("  inputs: S={} (batch dims {}), H={}, D={}, grad_out {}\n", s.S,
-                          detail::dims_text(reader.batch_dims()), s.H, s.D, reader.has_grad() ? "present" : "absent");
+    // Leading batch dims only where there are several (x [B,S,D] is S' = B·S); x [S,D] has just S.
+    const std::string batch =
+        reader.batch_dims().size() > 1 ? fmt::format(" (batch dims {})", detail::dims_text(reader.batch_dims())) : "";
+    w.text += fmt::format("  inputs: S={}{}, H={}, D={}, grad_out {}\n", s.S, batch, s.H, s.D,
+                          reader.has_grad() ? "present" : "absent");
   } catch (const InputError& e) {
     if (tf.exists("/inputs/x")) w.text += fmt::format("  inputs: not usable by `run` ({})\n", e.what());
   }
