@@ -220,6 +220,15 @@ TEST_F(CliCompare, ResultsOfOtherInputsAreExitTwo) {
   expect_input_error("golden check res_other.h5:exact --golden golden_inputs.h5", "different inputs");
   // The same inputs still compare.
   EXPECT_EQ(mhcdiff("compare res_other.h5:hf-bf16 policy:exact --inputs in_other.h5 --tensors out").rc, 0);
+  // A dump without the attribute (scripts/mhcdiff_dump.py leaves it empty) is checked by the /inputs it holds.
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no h5py";
+  ASSERT_EQ(sh("/usr/bin/python3 -c \"import h5py, shutil; shutil.copy('res_other.h5', 'dump_other.h5'); "
+               "f = h5py.File('dump_other.h5', 'r+'); [f['results'][g].attrs.__setitem__('input_checksum', '') "
+               "for g in f['results']]; f.close()\"")
+                .rc,
+            0);
+  expect_input_error("compare dump_other.h5:hf-bf16 res.h5:exact --tensors out", "different inputs");
+  expect_input_error("golden check dump_other.h5:exact --golden golden_inputs.h5", "different inputs");
 }
 
 // --report must never replace a file the comparison reads.

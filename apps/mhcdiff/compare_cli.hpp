@@ -63,10 +63,15 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
       ->group(g)
       ->capture_default_str();
   cmd->add_option("--min-survivor-frac", o.min_survivor_frac,
-                  "out: at least this fraction of cancellation cases must survive (needs --inputs)")
+                  with_inputs ? "out: at least this fraction of cancellation cases must survive (needs --inputs)"
+                              : "out: at least this fraction of cancellation cases must survive (from the golden "
+                                "file's inputs)")
       ->group(g);
   auto* rel = cmd->add_option("--relative-to", o.relative_to,
-                              "candidate's error vs exact at most --factor times this policy's (needs --inputs)")
+                              with_inputs ? "candidate's error vs exact at most --factor times this policy's (needs "
+                                            "--inputs)"
+                                          : "candidate's error vs exact at most --factor times this policy's (from the "
+                                            "golden file's inputs)")
                   ->group(g);
   cmd->add_option("--factor", o.factor, "the k of --relative-to")->group(g)->needs(rel)->capture_default_str();
   cmd->add_option("--relative-metric", o.relative_metric, "error measure of --relative-to")

@@ -113,13 +113,9 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   throw InputError(fmt::format("{} has no results group '{}'; it holds: {}", spec.path, spec.group, join_names(groups)));
 }
 
-// The checksum of the inputs a results group was computed from (its input_checksum provenance, docs/format.md);
-// "" for a policy side, a bare /out dataset, or a file written by something else (a PyTorch dump).
+// The checksum of the inputs a file side was computed from (io::results_inputs_checksum); "" for a policy side.
 std::string input_checksum_of(const Side& s) {
-  if (!s.file || s.group == "/") return "";
-  for (const auto& [k, v] : s.file->attributes(s.group))
-    if (k == "input_checksum") return v;
-  return "";
+  return s.file ? io::results_inputs_checksum(s.spec.path, s.group) : "";
 }
 
 bool group_is_exact(const io::TensorFile& f, const std::string& group) {
@@ -533,11 +529,15 @@ CompareReport run_compare(const CompareOptions& opt) {
   rep.inputs = opt.inputs;
   rep.truth = truth_text;
   rep.census_threshold = opt.census_threshold;
+  // golden check has no --inputs: it reads the golden file's own when a gate needs them.
+  const bool golden = opt.mode == "golden check";
   if (truth_text.empty())
-    rep.notes.push_back("no exact truth: pass --inputs in.h5 (or compare against an exact group) for the error in "
-                        "truth ULPs, correct rounding and the cancellation census");
+    rep.notes.push_back(golden ? "no exact truth: the golden file's reference is not exact"
+                               : "no exact truth: pass --inputs in.h5 (or compare against an exact group) for the "
+                                 "error in truth ULPs, correct rounding and the cancellation census");
   else if (!census)
-    rep.notes.push_back("no cancellation census: it needs the inputs (pass --inputs in.h5)");
+    rep.notes.push_back(golden ? "no cancellation census: --min-survivor-frac computes it from the golden file's inputs"
+                               : "no cancellation census: it needs the inputs (pass --inputs in.h5)");
   for (auto& wp : work) {
     TensorWork& w = *wp;
     TensorReport t;

@@ -51,6 +51,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   const Shape shape = reader.shape();
   check_out_shape(candidate, shape);
   check_out_shape(reference, shape);
+  check_computed_from({&candidate, &reference}, reader, inputs_path);
   ExtractSummary summary;
   summary.source_shape = shape;
 

@@ -117,11 +117,28 @@ std::vector<bf16_bits> read_out_slab(const OutSource& src, const Inputs& slab, i
   return out;
 }
 
+void check_computed_from(const std::vector<const OutSource*>& sides, io::InputReader& reader,
+                         const std::string& inputs_path) {
+  std::string read;  // the inputs' checksum, once a side has one to compare
+  for (const OutSource* side : sides) {
+    if (side->is_policy) continue;
+    const size_t slash = side->dataset.rfind('/');
+    const std::string group = slash == 0 || slash == std::string::npos ? "/" : side->dataset.substr(0, slash);
+    const std::string computed_from = io::results_inputs_checksum(side->path, group);
+    if (computed_from.empty()) continue;
+    if (read.empty()) read = reader.checksum();
+    if (computed_from != read)
+      throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {})",
+                                   side->text, inputs_path, computed_from, read));
+  }
+}
+
 FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSource& candidate, const io::ReadOptions& read,
                                    const FingerprintOptions& options) {
   io::InputReader reader(inputs_path, read);
   const Shape shape = reader.shape();
   check_out_shape(candidate, shape);
+  check_computed_from({&candidate}, reader, inputs_path);
   const int64_t step = slab_tokens(shape);
   const SlabSource source = [&](const SlabVisitor& visit) {
     for (int64_t s0 = 0; s0 < shape.S; s0 += step) {

@@ -37,6 +37,11 @@ std::vector<bf16_bits> read_out_slab(const OutSource& src, const Inputs& slab, i
 // Checks that the side holds S·H·D elements for `shape` (InputError naming the dataset otherwise).
 void check_out_shape(const OutSource& src, const Shape& shape);
 
+// Checks that the file sides among `sides` were computed from the inputs `reader` reads (io::results_inputs_checksum
+// against the reader's checksum, computed once, only when a side says); InputError naming both otherwise.
+void check_computed_from(const std::vector<const OutSource*>& sides, io::InputReader& reader,
+                         const std::string& inputs_path);
+
 // `mhcdiff fingerprint in.h5 CAND`: the inputs and the candidate streamed in slabs.
 FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSource& candidate,
                                    const io::ReadOptions& read, const FingerprintOptions& options);

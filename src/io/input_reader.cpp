@@ -367,4 +367,18 @@ Inputs read_inputs(const std::string& path, const ReadOptions& options) {
   return reader.read_slab(0, reader.shape().S);
 }
 
+std::string results_inputs_checksum(const std::string& path, const std::string& group) {
+  if (group != "/") {
+    for (const auto& [key, value] : TensorFile(path).attributes(group))
+      if (key == "input_checksum" && !value.empty()) return value;
+  }
+  try {
+    ReadOptions stored;  // as the file holds them: comb as it declares, any NaN the dump carries
+    stored.allow_nonfinite = true;
+    return InputReader(path, stored).checksum();
+  } catch (const InputError&) {
+    return "";  // no /inputs, or none `run` could read: nothing to check against
+  }
+}
+
 }  // namespace mhc::io

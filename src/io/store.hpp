@@ -86,6 +86,12 @@ int64_t slab_tokens_for(const Shape& shape, bool with_grad, int64_t budget_bytes
 // The whole file at once (tests, small inputs).
 Inputs read_inputs(const std::string& path, const ReadOptions& options = {});
 
+// The checksum of the inputs a results group of `path` ("/results/NAME", or "/" for a bare /out) was computed
+// from: the group's input_checksum provenance or, where that is missing or empty (a PyTorch dump written by
+// scripts/mhcdiff_dump.py), that of the file's own /inputs when it holds readable ones; "" when neither says.
+// Commands that take results and inputs compare it with their inputs' checksum (docs/decisions.md).
+std::string results_inputs_checksum(const std::string& path, const std::string& group);
+
 // Provenance attached to every results group (SPEC §3).
 struct Provenance {
   std::string policy;  // the policy's name
