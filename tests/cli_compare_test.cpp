@@ -240,9 +240,14 @@ TEST_F(CliCompare, AReportOverAnInputFileIsExitTwoAndLeavesItIntact) {
   const std::string golden = slurp(dir / "golden_report.h5");
   expect_input_error("golden check res.h5:fp32-seeded --golden golden_report.h5 --format junit --report golden_report.h5",
                      "golden_report.h5");
+  std::ofstream(dir / "mine.policy") << "name = \"mine\"\nmix_product = fused\n";
+  expect_input_error("compare res.h5:fp32-seeded policy:mine --inputs in.h5 --tensors out --policy-file mine.policy "
+                     "--report mine.policy",
+                     "mine.policy");
   EXPECT_EQ(slurp(dir / "res.h5"), before);
   EXPECT_EQ(slurp(dir / "in.h5"), inputs);
   EXPECT_EQ(slurp(dir / "golden_report.h5"), golden);
+  EXPECT_EQ(slurp(dir / "mine.policy"), "name = \"mine\"\nmix_product = fused\n");
 }
 
 TEST_F(CliCompare, CountsAgreeWithAnIndependentNumpyComputation) {

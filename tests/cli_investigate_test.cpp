@@ -16,9 +16,9 @@ struct Result {
   std::string out;
 };
 
-// Runs `mhcdiff ARGS` with stdout captured (stderr discarded).
-Result mhcdiff(const std::string& args) {
-  const std::string cmd = std::string(MHCDIFF_BINARY) + " " + args + " 2>/dev/null";
+// Runs `mhcdiff ARGS` with stdout captured (stderr discarded, or with `with_stderr` captured after it).
+Result mhcdiff(const std::string& args, bool with_stderr = false) {
+  const std::string cmd = std::string(MHCDIFF_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -29,6 +29,9 @@ Result mhcdiff(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+// The same with stderr captured into `out` (for the message of an error).
+Result mhcdiff_with_stderr(const std::string& args) { return mhcdiff(args, true); }
 
 class CliInvestigate : public ::testing::Test {
  protected:
@@ -70,7 +73,9 @@ TEST_F(CliInvestigate, FingerprintExitsWith1WhenNothingMatches) {
   // no variant and no mixture can explain it (exit 1).
   ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 64,4,257 --seed 6 -o " + path("other.h5")).code, 0);
   ASSERT_EQ(mhcdiff("run " + path("other.h5") + " -o " + path("other_res.h5") + " --policies hf --device cpu").code, 0);
-  EXPECT_EQ(mhcdiff("fingerprint " + path("in.h5") + " " + path("other_res.h5")).code, 2);
+  const Result refused = mhcdiff_with_stderr("fingerprint " + path("in.h5") + " " + path("other_res.h5"));
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.out.find("computed from other inputs than"), std::string::npos) << refused.out;
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no h5py";
   ASSERT_TRUE(strip_provenance(path("other_res.h5"), path("other_dump.h5")));
   const Result r = mhcdiff("fingerprint " + path("in.h5") + " " + path("other_dump.h5"));
@@ -167,11 +172,14 @@ TEST_F(CliInvestigate, ExtractRefusesAnOutputThatIsOneOfItsSources) {
   const std::string res = path("res.h5"), in = path("in.h5");
   const std::string before = bytes(res), inputs_before = bytes(in);
   std::filesystem::create_symlink(res, path("res-link.h5"));
+  const std::string policy = path("mine.policy"), policy_text = "name = \"mine\"\nmix_product = fused\n";
+  std::ofstream(policy) << policy_text;
   for (const std::string& args : {
            "extract " + res + ":hf-bf16 policy:exact --inputs " + in + " -o " + res,
            "extract policy:exact " + res + ":hf-bf16 --inputs " + in + " -o " + path("./res.h5"),
            "extract " + res + ":hf-bf16 policy:exact --inputs " + in + " -o " + path("res-link.h5"),
            "extract " + res + ":hf-bf16 policy:exact --inputs " + in + " -o " + in,
+           "extract policy:mine policy:exact --inputs " + in + " --policy-file " + policy + " -o " + policy,
        }) {
     const std::string cmd = std::string(MHCDIFF_BINARY) + " " + args + " 2>&1 >/dev/null";
     std::string err;
@@ -186,6 +194,7 @@ TEST_F(CliInvestigate, ExtractRefusesAnOutputThatIsOneOfItsSources) {
   }
   EXPECT_EQ(bytes(res), before) << "res.h5 was overwritten";
   EXPECT_EQ(bytes(in), inputs_before) << "in.h5 was overwritten";
+  EXPECT_EQ(bytes(policy), policy_text) << "the policy file was overwritten";
   EXPECT_TRUE(std::filesystem::is_symlink(path("res-link.h5")));
   std::filesystem::remove(path("res-link.h5"));
 }
@@ -207,10 +216,10 @@ TEST_F(CliInvestigate, FingerprintAndExtractResolvePolicyAliasesAsCompareDoes) {
 TEST_F(CliInvestigate, ExtractRefusesResultsOfOtherInputs) {
   ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 64,4,257 --seed 8 -o " + path("other8.h5")).code, 0);
   ASSERT_EQ(mhcdiff("run " + path("other8.h5") + " -o " + path("other8_res.h5") + " --policies hf --device cpu").code, 0);
-  EXPECT_EQ(mhcdiff("extract " + path("other8_res.h5") + ":hf policy:exact --inputs " + path("in.h5") + " -o " +
-                    path("repro8.h5"))
-                .code,
-            2);
+  const Result r = mhcdiff_with_stderr("extract " + path("other8_res.h5") + ":hf policy:exact --inputs " + path("in.h5") +
+                                       " -o " + path("repro8.h5"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("computed from other inputs than"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(path("repro8.h5")));
 }
 

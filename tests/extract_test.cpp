@@ -7,6 +7,7 @@
 
 #include "investigate/extract.hpp"
 #include "io_test_util.hpp"
+#include "metrics/comparison.hpp"
 
 namespace mhc::investigate {
 namespace {
@@ -21,9 +22,9 @@ TEST(ExtractRanking, UlpDistanceCountsBf16StepsAndTreatsNonFiniteAsInfinite) {
   EXPECT_EQ(bf16_ulp_distance(0x0000, 0x8000), 0u);
   EXPECT_EQ(bf16_ulp_distance(0x0001, 0x8001), 2u);
   EXPECT_EQ(bf16_ulp_distance(0x7fc0, 0xffc1), 0u) << "NaN vs NaN is equal (SPEC §5)";
-  EXPECT_EQ(bf16_ulp_distance(0x7fc0, 0x3f80), kInfiniteTokenUlp);
-  EXPECT_EQ(bf16_ulp_distance(0x7f80, 0x7f7f), kInfiniteTokenUlp) << "overflow to inf outranks any finite error";
-  EXPECT_EQ(bf16_ulp_distance(0x7f80, 0xff80), kInfiniteTokenUlp);
+  EXPECT_EQ(bf16_ulp_distance(0x7fc0, 0x3f80), metrics::kInfiniteUlp);
+  EXPECT_EQ(bf16_ulp_distance(0x7f80, 0x7f7f), metrics::kInfiniteUlp) << "overflow to inf outranks any finite error";
+  EXPECT_EQ(bf16_ulp_distance(0x7f80, 0xff80), metrics::kInfiniteUlp);
   EXPECT_EQ(bf16_ulp_distance(0x7f80, 0x7f80), 0u);
 }
 
@@ -50,7 +51,7 @@ TEST(ExtractRanking, InfinityOutranksASignFlipAndTheReproCarriesProvenance) {
   std::vector<int64_t> tokens = {s.written[0].token, s.written[1].token};
   std::sort(tokens.begin(), tokens.end());
   EXPECT_EQ(tokens, (std::vector<int64_t>{2, 12})) << "the non-finite tokens are the worst";
-  EXPECT_EQ(s.written[0].max_ulp, kInfiniteTokenUlp);
+  EXPECT_EQ(s.written[0].max_ulp, metrics::kInfiniteUlp);
 
   const io::TensorFile repro(dir.file("repro.h5"));
   auto attribute = [&](const std::string& object, const std::string& name) {

@@ -25,6 +25,8 @@ using compare::CompareReport;
 using compare::GateConfig;
 using compare::Threshold;
 using compare::TensorReport;
+using compare::default_gates;
+using compare::validate_gates;
 
 // out [S=1, H=2, D=4] with the special pairs of metrics_test: index 5 = (0, 1, 1) is max-finite vs inf.
 TensorReport special_out_tensor(std::optional<metrics::Tolerance> tol = {}) {
@@ -60,6 +62,37 @@ const compare::GateOutcome* find_gate(const std::vector<compare::GateOutcome>& g
   for (const auto& g : gates)
     if (g.gate == name) return &g;
   return nullptr;
+}
+
+// The library refuses gate values no gate can be checked against, whoever builds the GateConfig (the CLI, a golden
+// file, a library caller): InputError naming the threshold's origin.
+TEST(Gates, ValidateRefusesValuesNoGateCanBeCheckedAgainst) {
+  auto refused = [](const GateConfig& g, double census, const std::string& needle) {
+    try {
+      validate_gates(g, census);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_NO_THROW(validate_gates(default_gates(), 256));
+  GateConfig g = default_gates();
+  g.every_tensor.max_mismatch_frac = Threshold{NAN, "--max-mismatch-frac"};
+  refused(g, 256, "--max-mismatch-frac nan is not a fraction");
+  g = default_gates();
+  g.per_tensor["out"].max_ulp = Threshold{-1, "golden g.h5"};
+  refused(g, 256, "golden g.h5 -1 must be a number");
+  g = default_gates();
+  g.every_tensor.tolerance = metrics::Tolerance{0.0, NAN};
+  refused(g, 256, "--atol nan");
+  g = default_gates();
+  g.relative_to = "fp32-seeded";
+  g.relative_factor = 0;
+  refused(g, 256, "--factor 0");
+  refused(default_gates(), 0.5, "--census-threshold 0.5");
+  g = default_gates();
+  g.per_tensor["out"].max_ulp = Threshold{INFINITY, "golden g.h5"};  // a measured worst case may be inf
+  EXPECT_NO_THROW(validate_gates(g, 1));
 }
 
 TEST(Gates, DefaultsGateGradientsNormwiseAndLeaveOutUngated) {

@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "input_cli.hpp"
+#include "report/numbers.hpp"
 #include "investigate/extract.hpp"
 #include "policy/policy_file.hpp"
 
@@ -35,6 +36,7 @@ void add_extract_command(CLI::App& app, CommandContext&) {
   cmd->callback([args] {
     investigate::ExtractOptions o = args->o;
     o.read = args->read.options();
+    o.policy_files = args->policy_files;
     const auto user = resolve_policies("", args->policy_files);
     const auto cand = investigate::resolve_out_source(args->candidate, user);
     const auto ref = investigate::resolve_out_source(args->reference, user);
@@ -46,10 +48,8 @@ void add_extract_command(CLI::App& app, CommandContext&) {
     std::string out = fmt::format("wrote {} token(s) of {} to {} (/results/{} vs /results/{}):\n", s.written.size(),
                                   s.source_shape.S, args->output, s.candidate_group, s.reference_group);
     for (const auto& t : s.written)
-      out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token,
-                         t.max_ulp == investigate::kInfiniteTokenUlp ? std::string("inf") : std::to_string(t.max_ulp),
-                         t.mismatched,
-                         s.source_shape.H * s.source_shape.D);
+      out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token, report::ulp(t.max_ulp),
+                         t.mismatched, s.source_shape.H * s.source_shape.D);
     std::fputs(out.c_str(), stdout);
   });
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "commands.hpp"
 #include "compare/engine.hpp"
 #include "input_cli.hpp"
 #include "io/files.hpp"
@@ -90,7 +91,7 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   cmd->add_option("--device", o.device, "where policy: sides and the exact truth are computed")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->check(CLI::Range(0, 65536))->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->check(thread_count_check())->capture_default_str();
   if (with_inputs) add_input_read_options(cmd, o.read);
 }
 
@@ -109,25 +110,13 @@ inline std::optional<double> parse_optional_limit(const std::string& option, con
   throw InputError(fmt::format("{} {}: expected a finite non-negative number or 'off'", option, text));
 }
 
-inline void require_fraction(const char* option, double v) {
-  if (!(v >= 0 && v <= 1)) throw InputError(fmt::format("{} {} is not a fraction in [0, 1]", option, v));
-}
-
-inline void require_finite_non_negative(const char* option, double v) {
-  if (!(std::isfinite(v) && v >= 0)) throw InputError(fmt::format("{} {} must be a finite number ≥ 0", option, v));
-}
 
 inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   compare::CompareOptions c;
   c.inputs = o.inputs;
   c.tensors = o.tensors;
   c.top_k = o.top_k;
-  // κ ≥ 1 for every element (|t| ≤ Σ|terms| by the triangle inequality), so a threshold below 1 could only
-  // suggest a selection it does not make.
-  if (!(std::isfinite(o.census_threshold) && o.census_threshold >= 1))
-    throw InputError(fmt::format("--census-threshold {} must be a finite number ≥ 1 (κ is never below 1)",
-                                 o.census_threshold));
-  c.census_threshold = o.census_threshold;
+  c.census_threshold = o.census_threshold;  // the values below are checked by compare::validate_gates
   c.policy_files = o.policy_files;
   c.device = o.device;
   c.threads = o.threads;
@@ -144,27 +133,17 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
     if (*o.max_mismatch < 0) throw InputError("--max-mismatch must be at least 0");
     all.max_mismatch = compare::Threshold{double(*o.max_mismatch), "--max-mismatch"};
   }
-  if (o.max_mismatch_frac) {
-    require_fraction("--max-mismatch-frac", *o.max_mismatch_frac);
-    all.max_mismatch_frac = compare::Threshold{*o.max_mismatch_frac, "--max-mismatch-frac"};
-  }
+  if (o.max_mismatch_frac) all.max_mismatch_frac = compare::Threshold{*o.max_mismatch_frac, "--max-mismatch-frac"};
   if (o.max_ulp) {
     if (*o.max_ulp < 0) throw InputError(fmt::format("--max-ulp {} must be at least 0", *o.max_ulp));
     all.max_ulp = compare::Threshold{double(*o.max_ulp), "--max-ulp"};
   }
   if (o.rtol && o.atol) {
-    require_finite_non_negative("--rtol", *o.rtol);
-    require_finite_non_negative("--atol", *o.atol);
     all.tolerance = metrics::Tolerance{*o.rtol, *o.atol};
     all.tolerance_origin = "--rtol/--atol";
   }
-  if (o.min_survivor_frac) {
-    require_fraction("--min-survivor-frac", *o.min_survivor_frac);
-    all.min_survivor_frac = compare::Threshold{*o.min_survivor_frac, "--min-survivor-frac"};
-  }
+  if (o.min_survivor_frac) all.min_survivor_frac = compare::Threshold{*o.min_survivor_frac, "--min-survivor-frac"};
   if (!o.relative_to.empty()) {
-    if (!(std::isfinite(o.factor) && o.factor > 0))
-      throw InputError(fmt::format("--factor {} must be a finite number > 0", o.factor));
     g.relative_to = o.relative_to;
     g.relative_factor = o.factor;
     g.relative_metric = o.relative_metric == "rel_l2"    ? compare::RelativeMetric::rel_l2
@@ -185,6 +164,7 @@ inline std::vector<io::SourceFile> compared_files(const CompareCliOptions& o,
     if (!spec.is_policy) files.push_back({role, spec.path});
   }
   if (!inputs.empty()) files.push_back({"inputs", inputs});
+  for (const std::string& f : o.policy_files) files.push_back({"policy file", f});
   if (!o.report_path.empty()) io::check_output_path(o.report_path, "report", files);
   return files;
 }

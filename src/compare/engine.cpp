@@ -350,6 +350,7 @@ SideSpec parse_side(const std::string& text) {
 
 CompareReport run_compare(const CompareOptions& opt) {
   // ---- resolve everything before any work, so a bad request fails fast with exit 2 ----
+  validate_gates(opt.gates, opt.census_threshold);
   std::unique_ptr<io::InputReader> reader;
   if (!opt.inputs.empty()) reader = std::make_unique<io::InputReader>(opt.inputs, opt.read);
   const std::vector<Policy> user_policies = opt.policy_files.empty() ? std::vector<Policy>{}
@@ -512,12 +513,11 @@ CompareReport run_compare(const CompareOptions& opt) {
     }
   }
 
+  // After the pass that read the inputs (up front, it would read them twice).
   if (reader) {
     const std::string read = inputs_checksum.hex();
-    for (const auto& [side, sum] : {std::pair{&cand, cand_inputs}, std::pair{&ref, ref_inputs}})
-      if (!sum.empty() && sum != read)
-        throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {})",
-                                     side->label(), opt.inputs, sum, read));
+    io::require_computed_from(cand.label(), cand_inputs, opt.inputs, read);
+    io::require_computed_from(ref.label(), ref_inputs, opt.inputs, read);
   }
 
   // ---- the report ----

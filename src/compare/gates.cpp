@@ -52,6 +52,37 @@ bool GateConfig::needs_census() const {
   return false;
 }
 
+void validate_gates(const GateConfig& gates, double census_threshold) {
+  auto check = [](const std::optional<Threshold>& t, bool fraction) {
+    if (!t) return;
+    if (fraction && !(t->value >= 0 && t->value <= 1))
+      throw InputError(fmt::format("{} {} is not a fraction in [0, 1]", t->origin, t->value));
+    if (!(t->value >= 0)) throw InputError(fmt::format("{} {} must be a number ≥ 0", t->origin, t->value));
+  };
+  auto check_all = [&](const Thresholds& th) {
+    check(th.max_mismatch, false);
+    check(th.max_mismatch_frac, true);
+    check(th.max_ulp, false);
+    check(th.rel_l2, false);
+    check(th.norm_max, false);
+    check(th.min_survivor_frac, true);
+    if (th.tolerance) {
+      if (!(std::isfinite(th.tolerance->rtol) && th.tolerance->rtol >= 0))
+        throw InputError(fmt::format("--rtol {} must be a finite number ≥ 0", th.tolerance->rtol));
+      if (!(std::isfinite(th.tolerance->atol) && th.tolerance->atol >= 0))
+        throw InputError(fmt::format("--atol {} must be a finite number ≥ 0", th.tolerance->atol));
+    }
+  };
+  check_all(gates.every_tensor);
+  check_all(gates.grad_tensors);
+  for (const auto& [tensor, th] : gates.per_tensor) check_all(th);
+  if (!gates.relative_to.empty() && !(std::isfinite(gates.relative_factor) && gates.relative_factor > 0))
+    throw InputError(fmt::format("--factor {} must be a finite number > 0", gates.relative_factor));
+  if (!(std::isfinite(census_threshold) && census_threshold >= 1))
+    throw InputError(
+        fmt::format("--census-threshold {} must be a finite number ≥ 1 (κ is never below 1)", census_threshold));
+}
+
 GateConfig default_gates() {
   GateConfig g;
   g.grad_tensors.rel_l2 = Threshold{kDefaultGradRelL2, "default --grad-rel-l2"};

@@ -59,6 +59,12 @@ struct GateConfig {
 // The defaults of SPEC §5: no gate on out; rel-l2 5e-3 and norm-max 1e-2 on grad_*.
 GateConfig default_gates();
 
+// InputError (naming the option, or the golden file, from each threshold's origin) for a gate value no gate can be
+// checked against: NaN or negative limits, fractions outside [0, 1], a tolerance that is not finite and ≥ 0, a
+// --factor that is not finite and > 0, a census threshold below 1 (κ is never below 1). run_compare calls it
+// first; the gates also fail closed on a NaN, for callers that skip it.
+void validate_gates(const GateConfig& gates, double census_threshold);
+
 // Evaluates every gate that applies to the tensor (needs its stats, and for min-survivor-frac / relative-to its
 // truth metrics; a gate whose metric is missing is an InputError, raised before any work by the engine).
 std::vector<GateOutcome> evaluate_gates(const TensorReport& tensor, const GateConfig& config);

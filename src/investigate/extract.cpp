@@ -6,18 +6,19 @@
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
+#include "metrics/comparison.hpp"
 #include "metrics/ulp.hpp"
 
 namespace mhc::investigate {
 
-uint32_t bf16_ulp_distance(bf16_bits a, bf16_bits b) {
+uint64_t bf16_ulp_distance(bf16_bits a, bf16_bits b) {
   if (bf16_is_nan(a) && bf16_is_nan(b)) return 0;
   if (a == b) return 0;
   // NaN or an infinity against anything else is infinitely many ULP apart (docs/decisions.md, as compare
   // ranks it): an overflow to Inf must outrank any finite error.
   auto finite = [](bf16_bits v) { return (v & 0x7f80u) != 0x7f80u; };
-  if (!finite(a) || !finite(b)) return kInfiniteTokenUlp;
-  return uint32_t(metrics::ulp_distance(a, b, 16));  // −0 and +0 share a point (SPEC §5: 0 ULP apart)
+  if (!finite(a) || !finite(b)) return metrics::kInfiniteUlp;
+  return metrics::ulp_distance(a, b, 16);  // −0 and +0 share a point (SPEC §5: 0 ULP apart)
 }
 
 namespace {
@@ -46,6 +47,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   std::vector<io::SourceFile> sources = {{"inputs", inputs_path}};
   if (!candidate.is_policy) sources.push_back({"candidate", candidate.path});
   if (!reference.is_policy) sources.push_back({"reference", reference.path});
+  for (const std::string& f : options.policy_files) sources.push_back({"policy file", f});
   io::check_output_path(output, "output", sources);
   io::InputReader reader(inputs_path, options.read);
   const Shape shape = reader.shape();

@@ -16,7 +16,7 @@ namespace mhc::investigate {
 
 struct TokenScore {
   int64_t token = 0;
-  uint32_t max_ulp = 0;
+  uint64_t max_ulp = 0;  // metrics::kInfiniteUlp: NaN or an infinity against anything else
   int64_t mismatched = 0;
 };
 
@@ -24,6 +24,7 @@ struct ExtractOptions {
   int64_t worst = 8;
   int threads = 0;
   io::ReadOptions read;
+  std::vector<std::string> policy_files;  // read by the command (--policy-file): never replaced by the output
 };
 
 struct ExtractSummary {
@@ -32,12 +33,9 @@ struct ExtractSummary {
   std::string candidate_group, reference_group;
 };
 
-// A token's max_ulp when one side has NaN or an infinity where the other differs.
-inline constexpr uint32_t kInfiniteTokenUlp = UINT32_MAX;
-
 // Distance in bf16 ULPs between two bf16 values (the count of representable values between them; NaN vs NaN 0,
-// NaN or an infinity against anything else kInfiniteTokenUlp).
-uint32_t bf16_ulp_distance(bf16_bits a, bf16_bits b);
+// NaN or an infinity against anything else metrics::kInfiniteUlp, as compare counts it).
+uint64_t bf16_ulp_distance(bf16_bits a, bf16_bits b);
 
 // Writes `output` atomically unless the sides agree on every element (then nothing is written).
 ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource& reference, const std::string& inputs_path,

@@ -127,9 +127,7 @@ void check_computed_from(const std::vector<const OutSource*>& sides, io::InputRe
     const std::string computed_from = io::results_inputs_checksum(side->path, group);
     if (computed_from.empty()) continue;
     if (read.empty()) read = reader.checksum();
-    if (computed_from != read)
-      throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {})",
-                                   side->text, inputs_path, computed_from, read));
+    io::require_computed_from(side->text, computed_from, inputs_path, read);
   }
 }
 

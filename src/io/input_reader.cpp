@@ -367,6 +367,13 @@ Inputs read_inputs(const std::string& path, const ReadOptions& options) {
   return reader.read_slab(0, reader.shape().S);
 }
 
+void require_computed_from(const std::string& side, const std::string& computed_from, const std::string& inputs_path,
+                           const std::string& inputs_checksum) {
+  if (!computed_from.empty() && computed_from != inputs_checksum)
+    throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {})", side,
+                                 inputs_path, computed_from, inputs_checksum));
+}
+
 std::string results_inputs_checksum(const std::string& path, const std::string& group) {
   if (group != "/") {
     for (const auto& [key, value] : TensorFile(path).attributes(group))

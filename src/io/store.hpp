@@ -92,6 +92,11 @@ Inputs read_inputs(const std::string& path, const ReadOptions& options = {});
 // Commands that take results and inputs compare it with their inputs' checksum (docs/decisions.md).
 std::string results_inputs_checksum(const std::string& path, const std::string& group);
 
+// InputError unless results `side` (its label) whose inputs' checksum is `computed_from` ("" when unknown: not
+// checked) were computed from the inputs `inputs_path`, whose checksum is `inputs_checksum`.
+void require_computed_from(const std::string& side, const std::string& computed_from, const std::string& inputs_path,
+                           const std::string& inputs_checksum);
+
 // Provenance attached to every results group (SPEC §3).
 struct Provenance {
   std::string policy;  // the policy's name
