@@ -9,6 +9,7 @@
 
 #include "gen/det_math.hpp"
 #include "io/errors.hpp"
+#include "io/files.hpp"
 #include "io/store.hpp"
 
 namespace mhc::gen {
@@ -219,9 +220,9 @@ void write_generated(const GenOptions& o, const std::string& path, int deflate_l
   // A shape too large for the disk would write for hours before failing: refuse it first. Compressed, these
   // random mantissas shrink about 1.5x (docs/format.md), never 2x.
   {
+    const std::filesystem::path target = io::check_output_path(path, "output");  // a symlink's target's disk
     std::error_code ec;
-    const std::filesystem::path dir = std::filesystem::absolute(path, ec).parent_path();
-    const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+    const std::filesystem::space_info space = std::filesystem::space(target.parent_path(), ec);
     const double need = input_bytes(o.shape, o.grad) / (deflate_level > 0 ? 2 : 1);
     if (!ec && need > double(space.available))
       throw InputError(fmt::format("{}: the file would take about {:.3g} GB, but its filesystem has {:.3g} GB free",

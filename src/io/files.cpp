@@ -172,8 +172,9 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
 
 }  // namespace
 
-void check_output_path(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources) {
-  check_output(path, what, sources);
+std::filesystem::path check_output_path(const std::string& path, const std::string& what,
+                                        const std::vector<SourceFile>& sources) {
+  return check_output(path, what, sources).target;
 }
 
 AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources)

@@ -27,7 +27,9 @@ bool same_file(const std::string& a, const std::string& b);
 
 // The checks AtomicOutput's constructor makes, alone: a command calls it before its work, so a refused output path
 // fails fast (the writer checks again when it is created).
-void check_output_path(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {});
+// Returns the file the output would replace (symlinks followed).
+std::filesystem::path check_output_path(const std::string& path, const std::string& what,
+                                        const std::vector<SourceFile>& sources = {});
 
 // An output file written beside its destination and renamed over it on commit(), so a reader never sees a partial
 // file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,
