@@ -72,22 +72,6 @@ struct Side {
   std::string dataset(const std::string& name) const { return (group == "/" ? "" : group) + "/" + name; }
 };
 
-}  // namespace
-
-std::optional<std::string> find_results_group(const io::TensorFile& file, const std::string& name) {
-  const std::vector<std::string> groups = file.policies();
-  auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
-  if (has_group(name)) return "/results/" + name;
-  try {  // an alias such as ":hf" for the group hf-bf16
-    const Policy& p = find_policy(name);
-    if (has_group(p.name)) return "/results/" + p.name;
-  } catch (const std::invalid_argument&) {
-  }
-  return std::nullopt;
-}
-
-namespace {
-
 std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   const std::vector<std::string> groups = f.policies();
   auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
@@ -108,7 +92,7 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   } else if (g.rfind("/results/", 0) == 0 && has_group(g.substr(9))) {
     return g;
   } else if (g.front() != '/') {
-    if (auto found = find_results_group(f, g)) return *found;
+    if (auto found = io::find_results_group(f, g)) return *found;
   }
   throw InputError(fmt::format("{} has no results group '{}'; it holds: {}", spec.path, spec.group, join_names(groups)));
 }

@@ -24,11 +24,6 @@ struct SideSpec {
 };
 SideSpec parse_side(const std::string& text);
 
-// The results group "/results/<group>" that NAME (as in file.h5:NAME) designates in `file`: the group NAME, or the
-// group of the built-in policy NAME is an alias of (":hf" finds /results/hf-bf16). std::nullopt when neither is
-// there. compare and the investigation commands (fingerprint, extract) resolve NAME with it alike.
-std::optional<std::string> find_results_group(const io::TensorFile& file, const std::string& name);
-
 // The tensors mhcdiff compares by default (their *_f64 twins are compared only when named in --tensors).
 const std::vector<std::string>& primary_tensors();
 

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "compare/engine.hpp"
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
 
@@ -45,7 +44,7 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
   if (!suffix.empty()) {
     // ":NAME" names a results group as compare resolves it: the group itself or a built-in policy's alias (":hf").
     if (suffix.front() != '/') {
-      if (auto group = compare::find_results_group(file, suffix); group && file.exists(*group + "/out")) {
+      if (auto group = io::find_results_group(file, suffix); group && file.exists(*group + "/out")) {
         src.label = group->substr(group->rfind('/') + 1);
         return use(*group + "/out");
       }

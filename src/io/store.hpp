@@ -186,4 +186,9 @@ class TensorFile {
   std::unique_ptr<Impl> impl_;
 };
 
+// The results group "/results/<group>" that NAME (as in file.h5:NAME) designates in `file`: the group NAME, or the
+// group of the built-in policy NAME is an alias of (":hf" finds /results/hf-bf16). std::nullopt when neither is
+// there. compare and the investigation commands (fingerprint, extract) resolve NAME with it alike.
+std::optional<std::string> find_results_group(const TensorFile& file, const std::string& name);
+
 }  // namespace mhc::io

@@ -1,11 +1,13 @@
 // TensorFile: read access to any dataset of an mhcdiff/1 file, by flat element ranges.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
+#include "policy/policy.hpp"
 
 namespace mhc::io {
 
@@ -205,6 +207,18 @@ void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t cou
     return;
   }
   impl_->fail(fmt::format("dataset {} is {}; expected float64", dataset, detail::stored_kind_name(kind)));
+}
+
+std::optional<std::string> find_results_group(const TensorFile& file, const std::string& name) {
+  const std::vector<std::string> groups = file.policies();
+  auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
+  if (has_group(name)) return "/results/" + name;
+  try {  // an alias such as ":hf" for the group hf-bf16
+    const Policy& p = find_policy(name);
+    if (has_group(p.name)) return "/results/" + p.name;
+  } catch (const std::invalid_argument&) {
+  }
+  return std::nullopt;
 }
 
 }  // namespace mhc::io
