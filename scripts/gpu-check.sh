@@ -7,7 +7,8 @@
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
 #          AB_STREAM32=1: also time the exact backward with MHCDIFF_CUDA_BACKWARD unset, =stream32 and
 #          =stream32-deferred (three alternating rounds, docs/performance.md "What is still open") and sanitize
-#          their GPU test
+#          their GPU test; AB_PREFETCH=1: the same for the exact forward and MHCDIFF_CUDA_FORWARD=prefetch-l2 /
+#          prefetch-registers
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -45,27 +46,39 @@ stage "bench"
 "$MHCDIFF" bench --device cuda --format csv --reps 40 ${BENCH_ARGS:-} >"$OUT/bench.csv" 2>>"$OUT/bench.log"
 echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
-if [[ -n "${AB_STREAM32:-}" ]]; then
-  stage "A/B: exact backward, binary64 filter (default) vs stream32 and stream32-deferred"
+# An experiment switch timed against the default in three alternating rounds (exact policy, the two shapes where
+# SPEC §8's target and a smaller wave count are measured), then its GPU test sanitized.
+#   ab_experiment NAME VARIABLE fwd|bwd GTEST_NAME VARIANT...
+ab_experiment() {
+  local name=$1 variable=$2 direction=$3 test=$4
+  shift 4
+  stage "A/B $name: exact $direction, default vs $*"
   for round in 1 2 3; do
-    for variant in default stream32 stream32-deferred; do
-      if [[ $variant == default ]]; then unset MHCDIFF_CUDA_BACKWARD; else export MHCDIFF_CUDA_BACKWARD=$variant; fi
+    for variant in default "$@"; do
+      if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
       for shape in 16384,4,4096 4096,4,4096; do
         "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" 2>>"$OUT/bench.log" |
-          grep bwd | sed "s/^/$variant,round$round,/" | tee -a "$OUT/ab_stream32.csv"
+          grep "$direction" | sed "s/^/$variant,round$round,/" | tee -a "$OUT/ab_$name.csv"
       done
     done
   done
-  unset MHCDIFF_CUDA_BACKWARD
-  grep -c . "$OUT/ab_stream32.csv" | sed 's/^/ab rows: /' | tee -a "$OUT/summary.log"
+  unset "$variable"
+  grep -c . "$OUT/ab_$name.csv" | sed "s/^/ab $name rows: /" | tee -a "$OUT/summary.log"
   if [[ -z "${SKIP_SANITIZER:-}" ]]; then
     timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
-      --gtest_filter='CudaOperator.Stream32BackwardExperimentMatchesCpu' >"$OUT/sanitizer_stream32.log" 2>&1
-    echo "stream32 memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_stream32.log" | tail -1)" | tee -a "$OUT/summary.log"
+      --gtest_filter="CudaOperator.$test" >"$OUT/sanitizer_$name.log" 2>&1
+    echo "$name memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_$name.log" | tail -1)" | tee -a "$OUT/summary.log"
     timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \
-      --gtest_filter='CudaOperator.Stream32BackwardExperimentMatchesCpu' >>"$OUT/sanitizer_stream32.log" 2>&1
-    echo "stream32 racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer_stream32.log" | tail -1)" | tee -a "$OUT/summary.log"
+      --gtest_filter="CudaOperator.$test" >>"$OUT/sanitizer_$name.log" 2>&1
+    echo "$name racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer_$name.log" | tail -1)" |
+      tee -a "$OUT/summary.log"
   fi
+}
+if [[ -n "${AB_PREFETCH:-}" ]]; then
+  ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd PrefetchForwardExperimentMatchesCpu prefetch-l2 prefetch-registers
+fi
+if [[ -n "${AB_STREAM32:-}" ]]; then
+  ab_experiment stream32 MHCDIFF_CUDA_BACKWARD bwd Stream32BackwardExperimentMatchesCpu stream32 stream32-deferred
 fi
 
 if [[ -z "${SKIP_TORCH:-}" ]]; then

@@ -368,6 +368,43 @@ TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
   }
 }
 
+// The exact forward's experiment variants (MHCDIFF_CUDA_FORWARD, forward_kernels.cu): each block row loops over
+// tokens only from 1024 tokens on (forward_exact_grid), so S is past that, and plant_midpoints' tokens (ties that
+// go through the retest and the warp's staging round, cancellation) are copied into the second token of several
+// block rows and into the last token, where the requested-early chunks are the ones used.
+TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const Policy exact = find_policy("exact");
+  for (const int H : {4, 2, 1})
+    for (const int64_t D : {4096, 1032, 136}) {
+      if (H != 4 && D == 1032) continue;
+      const int64_t S = 2 * 1024 + 37, rows = (S + 1) / 2;  // forward_exact_grid's block rows
+      Inputs in = random_inputs(Shape{S, H, D}, 1800 + D + H, D == 136, false);
+      Inputs planted = random_inputs(Shape{8, H, D}, 1900 + D + H);
+      plant_midpoints(planted);
+      for (const int64_t to : {rows, rows + 3, rows + 8, S - 8})
+        for (int64_t t = 0; t < 8; ++t) {
+          std::copy_n(planted.x.begin() + t * D, D, in.x.begin() + (to + t) * D);
+          std::copy_n(planted.residual.begin() + t * H * D, H * D, in.residual.begin() + (to + t) * H * D);
+          std::copy_n(planted.post.begin() + t * H, H, in.post.begin() + (to + t) * H);
+          std::copy_n(planted.comb.begin() + t * H * H, H * H, in.comb.begin() + (to + t) * H * H);
+        }
+      PolicyResult cpu;
+      allocate_result(cpu, in.shape, true, false);
+      forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
+      for (const char* variant : {"prefetch-l2", "prefetch-registers"}) {
+        const ScopedEnv env("MHCDIFF_CUDA_FORWARD", variant);
+        ASSERT_TRUE(cuda::forward_prefetch_requested()) << variant;
+        PolicyResult gpu;
+        allocate_result(gpu, in.shape, false, false);
+        poison(gpu);
+        cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+        expect_identical(gpu.out, cpu.out, fmt::format("{}, H={} D={} out", variant, H, D));
+      }
+    }
+  EXPECT_FALSE(cuda::forward_prefetch_requested());  // the switch is restored
+}
+
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware
 // conversion instruction for intermediate RNb) must give the CPU's bits there too, including infinities.
 TEST(CudaOperator, SubnormalAndOverflowingOutputsRoundLikeTheCpu) {

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -476,8 +478,40 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
   return left;
 }
 
+// ---- Experiment "prefetch": the next token's rows requested earlier ----------------------------------------
+// Not the default: selected with MHCDIFF_CUDA_FORWARD=prefetch-l2 or prefetch-registers until a device run
+// measures it (docs/performance.md, "What is still open"). The kernel waits on latency (ncu, session 6: neither
+// a pipe nor DRAM saturated) and loads a token's chunks only when it starts it, so a warp's finishing (retest,
+// staging round) and its next token's weight loads have no memory request in flight. prefetch-l2: at the start
+// of a token the lane asks L2 for its chunks of the next one (prefetch.L2: no registers); prefetch-
+// registers: after storing a token's outputs it loads the next token's chunks into registers (20 more at H = 4)
+// and finishes the token while they arrive.
+enum class ForwardPrefetch { off, l2, registers };
+
+ForwardPrefetch requested_forward_prefetch() {
+  const char* v = std::getenv("MHCDIFF_CUDA_FORWARD");
+  if (v == nullptr) return ForwardPrefetch::off;
+  const std::string_view name(v);
+  return name == "prefetch-l2" ? ForwardPrefetch::l2
+         : name == "prefetch-registers" ? ForwardPrefetch::registers
+                                        : ForwardPrefetch::off;
+}
+
+// Asks L2 for this lane's chunks of token s (x and the HC residual rows).
 template <int HC>
-__global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
+__device__ __forceinline__ void prefetch_token_l2(const InputsView& in, int64_t s, int64_t d0) {
+  const int64_t D = in.shape.D;
+  prefetch_l2(in.x + s * D + d0);
+#pragma unroll
+  for (int k = 0; k < HC; ++k) prefetch_l2(in.residual + (s * HC + k) * D + d0);
+}
+
+// prefetch-registers at H = 4 spills 104 bytes in 80 registers: five blocks (94 registers, no spills).
+template <ForwardPrefetch P>
+inline constexpr int kExactForwardBlocks = P == ForwardPrefetch::registers ? 5 : kExactForwardMinBlocks;
+
+template <int HC, ForwardPrefetch P = ForwardPrefetch::off>
+__global__ void __launch_bounds__(kForwardThreads, kExactForwardBlocks<P>)
     forward_exact_kernel(InputsView in, bf16_bits* out, FallbackList fb) {
   static_assert(HC <= 4, "H = 8 runs forward_kernel's binary64 filter (its weights would not fit beside the chunks)");
   __shared__ uint32_t staging[kWarpsPerForwardBlock][kReduceLanes * kSlotWords<HC>];
@@ -488,13 +522,26 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
   const int64_t d0 = c * kChunk;
   const int lane = threadIdx.x % kReduceLanes;
   int staged = 0;  // this warp's declined pairs waiting in staging (warp-uniform)
+  auto load_token = [&](int64_t s, Chunk& xc, Chunk* rc) {
+    xc = load_chunk<true>(in.x + s * D + d0, kChunk);
+#pragma unroll
+    for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
+  };
+  // ForwardPrefetch::registers: the next token's chunks, requested before this token's finishing.
+  Chunk next_xc, next_rc[HC];
+  if constexpr (P == ForwardPrefetch::registers)
+    if (active && blockIdx.y < in.shape.S) load_token(blockIdx.y, next_xc, next_rc);
   for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y) {
     Chunk xc, rc[HC];
-    if (active) {
-      xc = load_chunk<true>(in.x + s * D + d0, kChunk);
+    if constexpr (P == ForwardPrefetch::registers) {
+      xc = next_xc;
 #pragma unroll
-      for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
+      for (int k = 0; k < HC; ++k) rc[k] = next_rc[k];
+    } else if (active) {
+      load_token(s, xc, rc);
     }
+    if constexpr (P == ForwardPrefetch::l2)
+      if (active && s + gridDim.y < in.shape.S) prefetch_token_l2<HC>(in, s + gridDim.y, d0);
     float post[HC], comb[HC][HC];  // comb[k][ho]
     load_weight_row<HC>(in.post + s * HC, post);
 #pragma unroll
@@ -553,6 +600,8 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
     if (active)
 #pragma unroll
       for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
+    if constexpr (P == ForwardPrefetch::registers)
+      if (active && s + gridDim.y < in.shape.S) load_token(s + gridDim.y, next_xc, next_rc);
     if (!active) declined = 0;
     if (__any_sync(kFullMask, declined != 0) && declined != 0)
       declined = retest_declined<HC>(in, s, d0, xc, rc, declined, out);
@@ -614,7 +663,16 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
   if (M != Mode::fp32 && out.out_f64) {
     launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
-    forward_exact_kernel<HC><<<forward_exact_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
+    const dim3 grid = forward_exact_grid(in.shape);
+    switch (requested_forward_prefetch()) {
+      case ForwardPrefetch::off: forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); break;
+      case ForwardPrefetch::l2:
+        forward_exact_kernel<HC, ForwardPrefetch::l2><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
+        break;
+      case ForwardPrefetch::registers:
+        forward_exact_kernel<HC, ForwardPrefetch::registers><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
+        break;
+    }
     MHC_CUDA_CHECK_LAUNCH();
   } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
@@ -670,6 +728,8 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
     case Accumulator::exact: launch_forward_generic<Mode::exact>(pd, in, out, fb, stream, aligned); break;
   }
 }
+
+bool forward_prefetch_requested() { return requested_forward_prefetch() != ForwardPrefetch::off; }
 
 const char* forward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   ForwardOutputs aligned_out;  // the caller's outputs are cudaMalloc'ed: aligned

@@ -135,6 +135,11 @@ __device__ __forceinline__ void wait_copies() {
 #endif
 }
 
+// Asks L2 for the line holding p (no register written, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.L2 [%0];\n" ::"l"(p));  // generic address: no state space named
+}
+
 __device__ __forceinline__ Chunk chunk_from(const uint4& v) {
   Chunk c;
   c.w[0] = v.x, c.w[1] = v.y, c.w[2] = v.z, c.w[3] = v.w;

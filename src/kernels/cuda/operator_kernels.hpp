@@ -41,6 +41,10 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // docs/performance.md "What is still open"): the compact exact backward's ∂x / ∂residual by a binary32 first
 // test. Off unless set; finite inputs only.
 bool backward_stream32_requested();
+// The experiment switch MHCDIFF_CUDA_FORWARD=prefetch-l2 or prefetch-registers (forward_kernels.cu, same
+// section of docs/performance.md): the exact forward at H <= 4 requests the next token's rows earlier. Off
+// unless set.
+bool forward_prefetch_requested();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
 // with 16-byte aligned rows) or "generic" (any description, any H, any D). Tests cover both.
