@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -234,12 +232,9 @@ template <Stream32 V>
 inline constexpr int kStreamListSlots = V == Stream32::retest_at_token_end ? 4 : 2;
 
 Stream32 requested_stream32() {
-  const char* v = std::getenv("MHCDIFF_CUDA_BACKWARD");
-  if (v == nullptr) return Stream32::off;
-  const std::string_view name(v);
-  return name == "stream32" ? Stream32::retest_each_step
-         : name == "stream32-deferred" ? Stream32::retest_at_token_end
-                                       : Stream32::off;
+  return experiment_switch(
+      "MHCDIFF_CUDA_BACKWARD",
+      {{"stream32", Stream32::retest_each_step}, {"stream32-deferred", Stream32::retest_at_token_end}}, Stream32::off);
 }
 
 template <int H>

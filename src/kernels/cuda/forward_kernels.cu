@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <string_view>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -489,12 +487,9 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
 enum class ForwardPrefetch { off, l2, registers };
 
 ForwardPrefetch requested_forward_prefetch() {
-  const char* v = std::getenv("MHCDIFF_CUDA_FORWARD");
-  if (v == nullptr) return ForwardPrefetch::off;
-  const std::string_view name(v);
-  return name == "prefetch-l2" ? ForwardPrefetch::l2
-         : name == "prefetch-registers" ? ForwardPrefetch::registers
-                                        : ForwardPrefetch::off;
+  return experiment_switch("MHCDIFF_CUDA_FORWARD",
+                           {{"prefetch-l2", ForwardPrefetch::l2}, {"prefetch-registers", ForwardPrefetch::registers}},
+                           ForwardPrefetch::off);
 }
 
 // Asks L2 for this lane's chunks of token s (x and the HC residual rows).
