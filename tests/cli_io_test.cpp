@@ -18,34 +18,6 @@ namespace {
 
 using namespace mhc::testing;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-  int error_lines() const {
-    std::istringstream in(err);
-    std::string line;
-    int n = 0;
-    while (std::getline(in, line))
-      if (!line.empty()) ++n;
-    return n;
-  }
-};
-
-// `shell_prefix` runs before the binary in the same shell (a resource limit, a `timeout`).
-CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& shell_prefix = "") {
-  const std::string out = dir.file(".stdout"), err = dir.file(".stderr");
-  const std::string cmd = std::string("cd ") + dir.path.string() + " && " + shell_prefix + MHCDIFF_BINARY + " " + args +
-                          " > " + out + " 2> " + err + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  CliResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file_bytes(out);
-  r.err = read_file_bytes(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
-
 class CliIo : public ::testing::Test {
  protected:
   TempDir dir;

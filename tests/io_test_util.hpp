@@ -2,9 +2,12 @@
 // Test helpers for the store tests: files written with the raw HDF5 C API, independently of src/io/, so
 // the reader is checked against files it did not write (and bad files can be made on purpose).
 #include <hdf5.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -175,5 +178,38 @@ int64_t first_difference(const A& a, const B& b) {
     if (!(a[i] == b[i])) return int64_t(i);
   return -1;
 }
+
+#ifdef MHCDIFF_BINARY
+// The built CLI, run in `dir` with stdin from /dev/null; `shell_prefix` runs before the binary in the same shell
+// (a resource limit, a `timeout`).
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+  int error_lines() const {
+    int n = 0;
+    size_t start = 0;
+    while (start < err.size()) {
+      const size_t end = std::min(err.find('\n', start), err.size());
+      if (end > start) ++n;
+      start = end + 1;
+    }
+    return n;
+  }
+};
+
+inline CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& shell_prefix = "") {
+  const std::string out = dir.file(".stdout"), err = dir.file(".stderr");
+  const std::string cmd = "cd " + dir.path.string() + " && " + shell_prefix + MHCDIFF_BINARY + " " + args + " > " +
+                          out + " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file_bytes(out);
+  r.err = read_file_bytes(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+#endif
 
 }  // namespace mhc::testing

@@ -8,6 +8,7 @@
 #include "bench/bench.hpp"
 #include "commands.hpp"
 #include "io/errors.hpp"
+#include "policy/policy_file.hpp"
 
 namespace mhc::cli {
 
@@ -41,7 +42,11 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   cmd->callback([args, &ctx] {
     bench::BenchOptions opt;
     for (const std::string& s : args->shapes) opt.shapes.push_back(bench::parse_shape(s));
-    opt.policies = parse_policy_list(args->policies);
+    // resolve_policies reads the list as run and explain do (blanks around names allowed); an empty list would
+    // mean "every policy" to run_bench.
+    opt.policies = resolve_policies(args->policies, {});
+    if (opt.policies.empty())
+      throw InputError("--policies names no policy to time: give 'all' or a comma-separated list");
     opt.device = resolve_device(args->device);
     opt.reps = args->reps;
     opt.seed = args->seed;

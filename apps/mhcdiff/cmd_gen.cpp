@@ -24,6 +24,9 @@ Shape parse_shape(const std::string& text) {
       throw InputError("--shape must be S,H,D with three positive integers (got '" + text + "')");
     p = next + 1;
   }
+  // H is an int: a value outside 1..16 is refused before the narrowing could wrap it into range (4294967300 → 4).
+  if (v[1] < 1 || v[1] > kMaxStreams)
+    throw InputError(fmt::format("--shape {}: need S >= 1, 1 <= H <= {}, D >= 1", text, kMaxStreams));
   return Shape{v[0], static_cast<int>(v[1]), v[2]};
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <memory>
 
 #include "commands.hpp"
@@ -38,9 +39,13 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
     if (regen->repeat > 1)
       fmt::print("repeated runs: {} elements differed between runs\n", report::count(s.repeat_mismatches));
     fmt::print("recommended tolerances (the worst an accepted policy reached against {}):\n", s.reference);
-    fmt::print("  {:<14} {:>8} {:>14} {:>12} {:>12}  {}\n", "tensor", "max ULP", "mismatch frac", "rel_l2", "norm_max", "set by");
+    // A max ULP is an integer (or inf) and prints whole, as the limit golden check will apply.
+    auto ulp_text = [](double u) {
+      return std::isinf(u) ? report::ulp(metrics::kInfiniteUlp) : report::ulp(static_cast<uint64_t>(u));
+    };
+    fmt::print("  {:<14} {:>10} {:>14} {:>12} {:>12}  {}\n", "tensor", "max ULP", "mismatch frac", "rel_l2", "norm_max", "set by");
     for (const auto& t : s.tolerances)
-      fmt::print("  {:<14} {:>8} {:>14} {:>12} {:>12}  {}\n", t.tensor, report::metric(t.max_ulp),
+      fmt::print("  {:<14} {:>10} {:>14} {:>12} {:>12}  {}\n", t.tensor, ulp_text(t.max_ulp),
                  report::metric(t.max_mismatch_frac), report::metric(t.rel_l2), report::metric(t.norm_max),
                  t.worst_policy.empty() ? "bit-identical" : t.worst_policy);
     ctx.exit_code = 0;

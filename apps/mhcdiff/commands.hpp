@@ -14,8 +14,9 @@ struct CommandContext {
 };
 
 // The check of every --threads option: 0 (all cores) or a count; a negative count is a usage error (exit 2),
-// never silently "all".
-inline CLI::Range thread_count_check() { return CLI::Range(0, 65536); }
+// never silently "all". At most 1024 (more than the largest two-socket servers' hardware threads): libgomp cannot
+// start tens of thousands of threads and then exits 1 or crashes mid-run, leaving the output's temp file behind.
+inline CLI::Range thread_count_check() { return CLI::Range(0, 1024); }
 
 // The check of every --seed: decimal digits only, within 0..2^64 - 1. CLI11 would read "-1" or "2^64 + 1" into a
 // uint64_t by wrapping or saturating, so different seeds a user typed would give the same data (SPEC §7).

@@ -147,6 +147,27 @@ struct Builder {
   }
 };
 
+// Finite knobs can still overflow (realistic: residual = N(0,1)·ρ·rms(x) beyond bf16's 3.4e38 for ρ ≈ 1e37,
+// logits σ·N(0,1) beyond binary64 for σ ≈ 1e307). Such a file would be refused by every command that reads
+// inputs, so it is refused here instead of written.
+void require_finite(const GenOptions& o, const Inputs& in, int64_t s0) {
+  auto check = [&](const char* dataset, int64_t row_elems, auto&& values, auto&& is_finite) {
+    for (size_t i = 0; i < values.size(); ++i)
+      if (!is_finite(values[i]))
+        throw InputError(fmt::format("--preset {} with these knobs makes non-finite inputs (/inputs/{} at token {}); "
+                                     "use a smaller --sigma or --rho",
+                                     preset_name(o.preset), dataset, s0 + int64_t(i) / row_elems));
+  };
+  const auto finite_bf16 = [](bf16_bits b) { return (b & 0x7f80u) != 0x7f80u; };
+  const auto finite_f32 = [](float v) { return std::isfinite(v); };
+  const int64_t H = in.shape.H, D = in.shape.D;
+  check("x", D, in.x, finite_bf16);
+  check("residual", H * D, in.residual, finite_bf16);
+  check("grad_out", H * D, in.grad_out, finite_bf16);
+  check("post", H, in.post, finite_f32);
+  check("comb", H * H, in.comb, finite_f32);
+}
+
 }  // namespace
 
 Preset parse_preset(const std::string& name) {
@@ -173,8 +194,10 @@ void validate(const GenOptions& o) {
     throw InputError(fmt::format("--shape {},{},{}: need S >= 1, 1 <= H <= {}, D >= 1", sh.S, sh.H, sh.D, kMaxStreams));
   if (o.preset == Preset::seed_example && sh.H != 2)
     throw InputError(fmt::format("--preset seed-example is defined for H=2 (got --shape {},{},{})", sh.S, sh.H, sh.D));
-  if (!(o.sigma > 0) || !(o.rho > 0) || o.sinkhorn_iterations < 1 || !(o.sinkhorn_eps >= 0))
-    throw InputError("realistic preset: need --sigma > 0, --rho > 0, --sinkhorn-iterations >= 1, --sinkhorn-eps >= 0");
+  if (!(o.sigma > 0) || !(o.rho > 0) || o.sinkhorn_iterations < 1 || !(o.sinkhorn_eps >= 0) || !std::isfinite(o.sigma) ||
+      !std::isfinite(o.rho) || !std::isfinite(o.sinkhorn_eps))
+    throw InputError("realistic preset: need finite --sigma > 0, --rho > 0, --sinkhorn-eps >= 0 and "
+                     "--sinkhorn-iterations >= 1");
   if (!(o.kappa_min > 1) || !(o.kappa_max >= o.kappa_min) || !(o.kappa_max <= 1e12))
     throw InputError("cancellation preset: need 1 < --kappa-min <= --kappa-max <= 1e12");
 }
@@ -202,6 +225,7 @@ Inputs generate_slab(const GenOptions& o, int64_t s0, int64_t count) {
     }
     b.grad_out(t);
   }
+  require_finite(o, in, s0);
   return in;
 }
 

@@ -14,7 +14,7 @@ namespace mhc::investigate {
 
 struct ElementAt {
   int64_t s = 0;
-  int ho = 0;
+  int64_t ho = 0;  // as typed (--at): a wider value is refused against H, never narrowed into range
   int64_t d = 0;
 };
 

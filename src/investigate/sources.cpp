@@ -159,7 +159,7 @@ ElementAt parse_element_at(const std::string& text) {
       if (p == end || *p != ',') break;
       ++p;
     } else if (p == end) {
-      return {v[0], int(v[1]), v[2]};
+      return {v[0], v[1], v[2]};
     }
   }
   throw InputError(fmt::format("--at '{}' is not an element index: expected s,ho,d (three non-negative integers)", text));
@@ -167,13 +167,15 @@ ElementAt parse_element_at(const std::string& text) {
 
 Explanation explain_file(const std::string& inputs_path, const ElementAt& at, const std::vector<Policy>& policies,
                          const io::ReadOptions& read) {
+  if (policies.empty())
+    throw InputError("--policies names no policy to explain: give 'all', a comma-separated list, or a --policy-file");
   io::InputReader reader(inputs_path, read);
   const Shape sh = reader.shape();
   if (at.s >= sh.S || at.ho >= sh.H || at.d >= sh.D)
     throw InputError(fmt::format("--at {},{},{} is outside the inputs of {} (S={}, H={}, D={})", at.s, at.ho, at.d,
                                  inputs_path, sh.S, sh.H, sh.D));
   const Inputs token = reader.read_slab(at.s, 1);
-  return explain_element(element_inputs(token.view(), 0, at.ho, at.d), at, policies);
+  return explain_element(element_inputs(token.view(), 0, static_cast<int>(at.ho), at.d), at, policies);
 }
 
 }  // namespace mhc::investigate

@@ -48,7 +48,7 @@ void check_computed_from(const std::vector<const OutSource*>& sides, io::InputRe
 FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSource& candidate,
                                    const io::ReadOptions& read, const FingerprintOptions& options);
 
-// `mhcdiff explain in.h5 --at s,ho,d`: InputError when the index is out of range.
+// `mhcdiff explain in.h5 --at s,ho,d`: InputError when the index is out of range or `policies` is empty.
 Explanation explain_file(const std::string& inputs_path, const ElementAt& at, const std::vector<Policy>& policies,
                          const io::ReadOptions& read);
 

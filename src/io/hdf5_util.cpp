@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -12,34 +13,136 @@
 
 namespace mhc::io::detail {
 
+namespace {
+
+// The external-link class that replaces HDF5's own (same id): traversal fails, so no lookup or iteration can open
+// the file a link names; the query answers with the link's stored value, which H5Lunpack_elink_val decodes.
+hid_t refuse_external_traversal(const char*, hid_t, const void*, size_t, hid_t, hid_t) { return H5I_INVALID_HID; }
+
+ssize_t external_link_value(const char*, const void* value, size_t size, void* buf, size_t buf_size) {
+  if (buf) std::memcpy(buf, value, std::min(size, buf_size));
+  return static_cast<ssize_t>(size);
+}
+
+}  // namespace
+
 void silence_hdf5_errors() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    static const H5L_class_t refused_external_links = {
+        H5L_LINK_CLASS_T_VERS, H5L_TYPE_EXTERNAL, "external link (not followed by mhcdiff)", nullptr, nullptr,
+        nullptr, refuse_external_traversal, nullptr, external_link_value};
+    if (H5Lregister(&refused_external_links) < 0)
+      throw std::runtime_error("could not stop HDF5 from following external links");
+  });
 }
 
 namespace {
 
-struct FailureWalk {
-  std::string innermost;  // the description where the error was detected
-  int system_errno = 0;   // from a "... errno = N, ..." description (the sec2 driver's read/write failures)
-};
-
+// HDF5's error stack, innermost (where the error was detected) first.
 herr_t note_failure(unsigned, const H5E_error2_t* e, void* data) {
-  auto* walk = static_cast<FailureWalk*>(data);
-  const std::string desc = e->desc ? e->desc : "";
-  if (walk->innermost.empty()) walk->innermost = desc;
-  if (const size_t at = desc.find("errno = "); at != std::string::npos && walk->system_errno == 0)
-    walk->system_errno = std::atoi(desc.c_str() + at + 8);
+  static_cast<std::vector<std::string>*>(data)->emplace_back(e->desc ? e->desc : "");
   return 0;
+}
+
+std::vector<std::string> failure_descriptions() {
+  std::vector<std::string> descriptions;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, note_failure, &descriptions);
+  return descriptions;
+}
+
+bool failure_mentions(const std::vector<std::string>& descriptions, const char* text) {
+  return std::any_of(descriptions.begin(), descriptions.end(),
+                     [&](const std::string& d) { return d.find(text) != std::string::npos; });
 }
 
 }  // namespace
 
 std::string hdf5_failure_reason() {
-  FailureWalk walk;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, note_failure, &walk);
-  if (walk.system_errno > 0) return system_reason(walk.system_errno);
-  return walk.innermost.empty() ? "the HDF5 library reported an error" : "HDF5: " + walk.innermost;
+  const std::vector<std::string> descriptions = failure_descriptions();
+  for (const std::string& d : descriptions)  // the sec2 driver's read/write failures: "... errno = N, ..."
+    if (const size_t at = d.find("errno = "); at != std::string::npos)
+      if (const int err = std::atoi(d.c_str() + at + 8); err > 0) return system_reason(err);
+  // "required filter 'lzf' is not registered": an h5py lzf or a blosc file read by an HDF5 without that plugin.
+  for (const std::string& d : descriptions)
+    if (const size_t at = d.find("required filter '"); at != std::string::npos) {
+      const size_t name = at + 17, end = d.find('\'', name);
+      return fmt::format("it needs the HDF5 filter '{}', which this HDF5 library does not have (install the "
+                         "filter's plugin and point HDF5_PLUGIN_PATH at it, or rewrite the file without it)",
+                         d.substr(name, end == std::string::npos ? std::string::npos : end - name));
+    }
+  return descriptions.empty() ? "the HDF5 library reported an error" : "HDF5: " + descriptions.front();
+}
+
+Handle open_file_read_only(const std::string& path) {
+  silence_hdf5_errors();
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (file.valid()) return file;
+  // HDF5 ≥ 1.10 locks a file it opens: one a writer still holds open (a training job's h5py) cannot be read.
+  if (failure_mentions(failure_descriptions(), "unable to lock"))
+    throw InputError(fmt::format("{} could not be opened: another process has it open for writing (HDF5 file "
+                                 "locking); read it once that writer has closed it",
+                                 path));
+  throw InputError(fmt::format("{} could not be opened as HDF5 (the file is truncated or corrupt)", path));
+}
+
+std::optional<std::string> external_link_target(hid_t location, const std::string& path) {
+  H5L_info_t link;
+  if (H5Lget_info(location, path.c_str(), &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_EXTERNAL)
+    return std::nullopt;
+  std::vector<char> value(link.u.val_size + 1, '\0');
+  const char* file = nullptr;
+  const char* object = nullptr;
+  unsigned flags = 0;
+  std::string target = "another file";
+  if (H5Lget_val(location, path.c_str(), value.data(), value.size(), H5P_DEFAULT) >= 0 &&
+      H5Lunpack_elink_val(value.data(), link.u.val_size, &flags, &file, &object) >= 0 && file && object)
+    target = fmt::format("{}:{}", file, object);
+  return fmt::format("an external link to {}, which mhcdiff does not follow (it reads only data stored in the file "
+                     "itself; copy the data in)",
+                     target);
+}
+
+std::optional<std::string> stored_outside_file(hid_t dataset) {
+  Handle dcpl(H5Dget_create_plist(dataset));
+  if (!dcpl.valid()) return std::nullopt;
+  if (H5Pget_external_count(dcpl.get()) > 0) {
+    std::vector<char> name(4096, '\0');
+    off_t offset = 0;
+    hsize_t size = 0;
+    H5Pget_external(dcpl.get(), 0, name.size() - 1, name.data(), &offset, &size);
+    return fmt::format("stored in the external file '{}', which mhcdiff does not read (it reads only data stored in "
+                       "the file itself; copy the data in)",
+                       name.data());
+  }
+  if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) return std::nullopt;
+  size_t mappings = 0;
+  H5Pget_virtual_count(dcpl.get(), &mappings);
+  for (size_t i = 0; i < mappings; ++i) {
+    const ssize_t length = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+    std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
+    H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
+    if (std::string(name.data()) != ".")  // "." is the file itself
+      return fmt::format("a virtual dataset over the file '{}', which mhcdiff does not read (it reads only data "
+                         "stored in the file itself; copy the data in)",
+                         name.data());
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> element_count(const std::vector<hsize_t>& dims) {
+  constexpr hsize_t kMax = hsize_t(std::numeric_limits<int64_t>::max());
+  if (std::any_of(dims.begin(), dims.end(), [](hsize_t d) { return d > kMax; })) return std::nullopt;
+  if (std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end()) return 0;
+  hsize_t n = 1;
+  for (hsize_t d : dims) {
+    if (n > kMax / d) return std::nullopt;
+    n *= d;
+  }
+  return int64_t(n);
 }
 
 Handle make_bf16_type() {
@@ -190,8 +293,10 @@ void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, vo
   try {
     transfer_flat(dataset, mem_type, first, count, static_cast<char*>(dst),
                   [](hid_t ds, hid_t mt, hid_t ms, hid_t fs, char* p) { return H5Dread(ds, mt, ms, fs, H5P_DEFAULT, p); });
-  } catch (const std::runtime_error&) {
-    throw std::runtime_error("HDF5 read failed (the file may be truncated or corrupt)");
+  } catch (const std::runtime_error& e) {
+    // A reason only in HDF5's terms (a Fletcher-32 error, a chunk that does not inflate) is damage to the file.
+    const std::string reason = e.what();
+    throw std::runtime_error(reason.rfind("HDF5: ", 0) == 0 ? reason + " (the file is truncated or corrupt)" : reason);
   }
 }
 
@@ -201,6 +306,8 @@ void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, c
   transfer_flat(dataset, mem_type, first, count, static_cast<char*>(const_cast<void*>(src)),
                 [](hid_t ds, hid_t mt, hid_t ms, hid_t fs, char* p) { return H5Dwrite(ds, mt, ms, fs, H5P_DEFAULT, p); });
 }
+
+bool attribute_exists(hid_t object, const std::string& name) { return H5Aexists(object, name.c_str()) > 0; }
 
 bool link_exists(hid_t file, const std::string& path) {
   // H5Lexists needs every intermediate group to exist: walk the path one component at a time.
@@ -309,7 +416,8 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
   Handle type(H5Aget_type(attr.get()));
   if (H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
   Handle space(H5Aget_space(attr.get()));
-  auto v = read_strings(attr.get(), type.get(), H5Sget_simple_extent_npoints(space.get()));
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) return std::nullopt;  // an array: which one would it mean?
+  auto v = read_strings(attr.get(), type.get(), 1);
   if (v.empty()) return std::nullopt;
   return v[0];
 }

@@ -42,13 +42,34 @@ class Handle {
   hid_t id_ = H5I_INVALID_HID;
 };
 
-// HDF5 prints its own error stack to stderr by default; we report one sentence instead (SPEC §4).
+// HDF5 prints its own error stack to stderr by default; we report one sentence instead (SPEC §4). Also makes
+// HDF5 refuse to follow external links in this process (see external_link_target).
 void silence_hdf5_errors();
 
 // Why the HDF5 call that just failed failed, from HDF5's error stack (call it before any other HDF5 call): the
-// system's reason when a read or write failed ("no space left on device", "file too large"), else HDF5's own
-// innermost description.
+// system's reason when a read or write failed ("no space left on device", "file too large"), a filter this HDF5
+// library lacks ("it needs the HDF5 filter 'lzf', …"), else HDF5's own innermost description ("HDF5: …").
 std::string hdf5_failure_reason();
+
+// Opens an existing HDF5 file read-only (InputReader, TensorFile, info). InputError, one sentence naming the file,
+// when it is not HDF5, is truncated or corrupt, or is locked by a process that has it open for writing.
+Handle open_file_read_only(const std::string& path);
+
+// mhcdiff reads only data stored in the file itself. An external link or data outside the file could name a FIFO
+// (opening it blocks forever), a device, or, resolved against the working directory, another file than the user
+// meant; a virtual dataset over a missing file reads as its fill value. The next two say, as the end of a
+// sentence, why the object at `path` (or `dataset`) is refused; std::nullopt when it is not.
+//
+// An external link: "an external link to other.h5:/x, which mhcdiff does not follow …". HDF5's external-link class
+// is replaced in this process by one that refuses to traverse, so no HDF5 call (a path lookup, an iteration) can
+// open the file such a link names; H5Lget_val still reads the link's target.
+std::optional<std::string> external_link_target(hid_t location, const std::string& path);
+// External raw storage (H5Pset_external), or a virtual dataset with a source in another file.
+std::optional<std::string> stored_outside_file(hid_t dataset);
+
+// The number of elements of `dims`, or std::nullopt when it (or a dimension) exceeds INT64_MAX: a file may claim
+// any extent, and a wrapped product would silently stand for a small tensor.
+std::optional<int64_t> element_count(const std::vector<hsize_t>& dims);
 
 // The bf16 file/memory type: IEEE-like float, sign bit 15, exponent bits 7..14 (bias 127), mantissa 0..6.
 // A new copy each call (the caller owns it).
@@ -65,17 +86,21 @@ std::string dims_text(const std::vector<int64_t>& dims);
 std::string dims_text(const std::vector<hsize_t>& dims);
 
 // Reads/writes elements [first, first + count) in row-major order of `dims` (the dataset's extent) with one
-// H5Dread/H5Dwrite per block (at most ~2·rank blocks; one for whole rows). Throws std::runtime_error on failure;
-// write_flat's message is hdf5_failure_reason().
+// H5Dread/H5Dwrite per block (at most ~2·rank blocks; one for whole rows). Throws std::runtime_error on failure
+// whose message is hdf5_failure_reason(), to end a sentence; read_flat adds "the file is truncated or corrupt"
+// where HDF5 names no cause outside the file (a checksum error, a chunk that does not decompress).
 void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, void* dst);
 void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src);
 
 bool link_exists(hid_t file, const std::string& path);
+bool attribute_exists(hid_t object, const std::string& name);
 
 // String attributes (variable-length UTF-8, what h5py writes and reads as str).
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value);
 void write_double_attribute(hid_t object, const std::string& name, double value);
 void write_int_attribute(hid_t object, const std::string& name, int64_t value);
+// std::nullopt unless the attribute exists and holds exactly one string (attribute_exists tells a missing one from
+// one of another type).
 std::optional<std::string> read_string_attribute(hid_t object, const std::string& name);
 // Every attribute of an object as text (strings as-is, numbers and small arrays printed).
 std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object);

@@ -117,8 +117,14 @@ struct InputReader::Impl {
                        "/inputs/comb and optionally /inputs/grad_out)",
                        ds));
     }
+    if (auto link = detail::external_link_target(file.get(), ds)) fail(fmt::format("{} is {}", ds, *link));
     t.dataset = Handle(H5Dopen2(file.get(), ds.c_str(), H5P_DEFAULT));
     if (!t.dataset.valid()) fail(fmt::format("{} is not a readable dataset", ds));
+    if (auto outside = detail::stored_outside_file(t.dataset.get()))
+      fail(fmt::format("dataset {} is {}", ds, *outside));
+    if (const auto dims = detail::dataset_dims(t.dataset.get()); !detail::element_count(dims))
+      fail(fmt::format("dataset {} has shape {}: more than 2^63 elements, which no tensor has", ds,
+                       detail::dims_text(dims)));
     t.kind = detail::classify(t.dataset.get());
     const bool ok = t.kind == StoredKind::bf16_float || t.kind == StoredKind::bf16_uint16 ||
                     t.kind == StoredKind::f32 || t.kind == StoredKind::f64;
@@ -148,6 +154,15 @@ struct InputReader::Impl {
                        detail::dims_text(residual_dims()), detail::dims_text(expected), pattern));
   }
 
+  // A root attribute that must be one string when present: one of another type (an integer, an array of
+  // strings) is refused rather than ignored, since ignoring comb_layout would read comb in the other orientation.
+  std::optional<std::string> root_string_attribute(const char* name, const char* expected) const {
+    auto value = detail::read_string_attribute(file.get(), name);
+    if (!value && detail::attribute_exists(file.get(), name))
+      fail(fmt::format("root attribute {} is not a string; expected {}", name, expected));
+    return value;
+  }
+
   std::vector<int64_t> x_dims() const {
     auto d = detail::dataset_dims(x.dataset.get());
     return {d.begin(), d.end()};
@@ -158,17 +173,14 @@ struct InputReader::Impl {
   }
 
   void open() {
-    detail::silence_hdf5_errors();
     require_regular_file(path, "input file", "an HDF5 file");  // before opening: a FIFO would block forever
-    if (H5Fis_hdf5(path.c_str()) <= 0)
-      throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
-    file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    if (!file.valid())
-      throw InputError(fmt::format("{} could not be opened as HDF5 (the file is truncated or corrupt)", path));
-    if (auto fmt_attr = detail::read_string_attribute(file.get(), "format"); fmt_attr && *fmt_attr != "mhcdiff/1")
+    file = detail::open_file_read_only(path);
+    const auto fmt_attr = root_string_attribute("format", "\"mhcdiff/1\"");
+    if (fmt_attr && *fmt_attr != "mhcdiff/1")
       fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *fmt_attr));
     if (H5Lexists(file.get(), "/inputs", H5P_DEFAULT) <= 0)
       fail("no /inputs group (expected /inputs/x, /inputs/residual, /inputs/post, /inputs/comb)");
+    if (auto link = detail::external_link_target(file.get(), "/inputs")) fail(fmt::format("/inputs is {}", *link));
 
     open_tensor(x, "x", Slot::bf16, true);
     open_tensor(residual, "residual", Slot::bf16, true);
@@ -208,7 +220,7 @@ struct InputReader::Impl {
     comb.row_elems = H * H;
 
     layout = options.comb_layout;
-    if (auto attr = detail::read_string_attribute(file.get(), "comb_layout")) {
+    if (auto attr = root_string_attribute("comb_layout", "\"src,dst\" or \"dst,src\"")) {
       CombLayout declared;
       if (*attr == "src,dst") declared = CombLayout::src_dst;
       else if (*attr == "dst,src") declared = CombLayout::dst_src;
@@ -225,8 +237,8 @@ struct InputReader::Impl {
     try {
       detail::read_flat(t.dataset.get(), mem_type, uint64_t(s0 * t.row_elems), uint64_t(count * t.row_elems),
                         buf.data());
-    } catch (const std::runtime_error&) {
-      fail(fmt::format("reading dataset /inputs/{} failed (the file is truncated or corrupt)", t.name));
+    } catch (const std::runtime_error& e) {
+      fail(fmt::format("reading dataset /inputs/{} failed: {}", t.name, e.what()));
     }
   }
 

@@ -169,7 +169,7 @@ class TensorFile {
   const std::string& path() const;
   std::vector<std::string> policies() const;                           // names under /results
   std::vector<std::string> datasets(const std::string& group) const;   // dataset names in a group
-  bool exists(const std::string& dataset) const;
+  bool exists(const std::string& dataset) const;  // InputError when it is an external link (never followed)
   TensorInfo info(const std::string& dataset) const;
   std::vector<std::pair<std::string, std::string>> attributes(const std::string& object) const;  // as text
 
@@ -182,6 +182,10 @@ class TensorFile {
   void read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const;
 
  private:
+  // Names of the objects of HDF5 type `type` (an H5O_type_t) in `group`; InputError for a link that leads nowhere
+  // or out of the file, which a listing would otherwise drop silently.
+  std::vector<std::string> children(const std::string& group, int type) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -33,22 +33,23 @@ struct TensorFile::Impl {
 
   [[noreturn]] void fail(const std::string& what) const { throw InputError(fmt::format("{}: {}", path, what)); }
 
+  // Opens a dataset stored in this file (docs/format.md: never through an external link or into another file) whose
+  // element count fits int64_t.
   Handle open_dataset(const std::string& name) const {
     if (!detail::link_exists(file.get(), name)) fail(fmt::format("missing dataset {}", name));
+    if (auto link = detail::external_link_target(file.get(), name)) fail(fmt::format("{} is {}", name, *link));
     Handle ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
     if (!ds.valid()) fail(fmt::format("{} is not a dataset", name));
+    if (auto outside = detail::stored_outside_file(ds.get())) fail(fmt::format("dataset {} is {}", name, *outside));
+    if (const auto dims = detail::dataset_dims(ds.get()); !detail::element_count(dims))
+      fail(fmt::format("dataset {} has shape {}: more than 2^63 elements, which no tensor has", name,
+                       detail::dims_text(dims)));
     return ds;
   }
 
-  uint64_t element_count(hid_t ds) const {
-    uint64_t n = 1;
-    for (hsize_t d : detail::dataset_dims(ds)) n *= d;
-    return n;
-  }
-
   void check_range(const std::string& name, hid_t ds, int64_t first, int64_t count) const {
-    const uint64_t n = element_count(ds);
-    if (first < 0 || count < 0 || uint64_t(first + count) > n)
+    const int64_t n = *detail::element_count(detail::dataset_dims(ds));  // open_dataset checked it
+    if (first < 0 || count < 0 || first > n - count)
       fail(fmt::format("elements [{}, {}) of {} requested, but it has {}", first, first + count, name, n));
   }
 
@@ -56,22 +57,19 @@ struct TensorFile::Impl {
   void read(const std::string& name, hid_t ds, hid_t mem, int64_t first, int64_t count, T* dst) const {
     try {
       detail::read_flat(ds, mem, uint64_t(first), uint64_t(count), dst);
-    } catch (const std::runtime_error&) {
-      fail(fmt::format("reading dataset {} failed (the file is truncated or corrupt)", name));
+    } catch (const std::runtime_error& e) {
+      fail(fmt::format("reading dataset {} failed: {}", name, e.what()));
     }
   }
 };
 
 TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  detail::silence_hdf5_errors();
   impl_->path = path;
   require_regular_file(path, "file", "an HDF5 file");  // before opening: a FIFO would block forever
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw InputError(fmt::format("{} is not an HDF5 file (or it is truncated or unreadable)", path));
-  impl_->file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!impl_->file.valid())
-    throw InputError(fmt::format("{} could not be opened as HDF5 (the file is truncated or corrupt)", path));
+  impl_->file = detail::open_file_read_only(path);
   const auto format = detail::read_string_attribute(impl_->file.get(), "format");
+  if (!format && detail::attribute_exists(impl_->file.get(), "format"))
+    impl_->fail("root attribute format is not a string; expected \"mhcdiff/1\"");
   if (format && *format != "mhcdiff/1")
     impl_->fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *format));
   // A PyTorch user's dump may lack the root attributes; its groups say what it is.
@@ -91,39 +89,55 @@ namespace {
 struct ChildList {
   std::vector<std::string> names;
   H5O_type_t want;
+  std::string broken;  // the first link that leads nowhere: "out is a soft link to /gone, which does not exist"
 };
 
-herr_t collect_child(hid_t group, const char* name, const H5L_info_t*, void* data) {
+herr_t collect_child(hid_t group, const char* name, const H5L_info_t* link, void* data) {
   auto* list = static_cast<ChildList*>(data);
   H5O_info_t info;
-  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 && info.type == list->want)
-    list->names.emplace_back(name);
+  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0) {
+    if (info.type == list->want) list->names.emplace_back(name);
+    return 0;
+  }
+  // Skipping it would drop a tensor silently (a policy side adapts to the tensors a file side holds).
+  if (list->broken.empty()) {
+    if (auto external = detail::external_link_target(group, name)) {
+      list->broken = fmt::format("{} is {}", name, *external);
+    } else {
+      std::vector<char> target(link->type == H5L_TYPE_SOFT ? link->u.val_size + 1 : 1, '\0');
+      H5Lget_val(group, name, target.data(), target.size(), H5P_DEFAULT);
+      list->broken = fmt::format("{} is a link to {}, which does not exist", name,
+                                 target[0] ? target.data() : "an object that cannot be opened");
+    }
+  }
   return 0;
-}
-
-std::vector<std::string> children(hid_t file, const std::string& group, H5O_type_t type) {
-  ChildList list{{}, type};
-  if (!detail::link_exists(file, group)) return {};
-  Handle g(H5Gopen2(file, group.c_str(), H5P_DEFAULT));
-  if (!g.valid()) return {};
-  hsize_t idx = 0;
-  // Creation order is not tracked by default; name order is stable and readable.
-  H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_child, &list);
-  return list.names;
 }
 
 }  // namespace
 
-std::vector<std::string> TensorFile::policies() const {
-  return children(impl_->file.get(), "/results", H5O_TYPE_GROUP);
+std::vector<std::string> TensorFile::children(const std::string& group, int type) const {
+  ChildList list{{}, H5O_type_t(type), {}};
+  if (!detail::link_exists(impl_->file.get(), group)) return {};
+  if (auto link = detail::external_link_target(impl_->file.get(), group)) impl_->fail(fmt::format("{} is {}", group, *link));
+  Handle g(H5Gopen2(impl_->file.get(), group.c_str(), H5P_DEFAULT));
+  if (!g.valid()) return {};
+  hsize_t idx = 0;
+  // Creation order is not tracked by default; name order is stable and readable.
+  H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_child, &list);
+  if (!list.broken.empty()) impl_->fail(fmt::format("{}/{}", group == "/" ? "" : group, list.broken));
+  return list.names;
 }
 
+std::vector<std::string> TensorFile::policies() const { return children("/results", H5O_TYPE_GROUP); }
+
 std::vector<std::string> TensorFile::datasets(const std::string& group) const {
-  return children(impl_->file.get(), group, H5O_TYPE_DATASET);
+  return children(group, H5O_TYPE_DATASET);
 }
 
 bool TensorFile::exists(const std::string& dataset) const {
   if (!detail::link_exists(impl_->file.get(), dataset)) return false;
+  if (auto link = detail::external_link_target(impl_->file.get(), dataset))
+    impl_->fail(fmt::format("{} is {}", dataset, *link));
   H5O_info_t info;
   return H5Oget_info_by_name2(impl_->file.get(), dataset.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 &&
          info.type == H5O_TYPE_DATASET;

@@ -84,7 +84,7 @@ void ComparisonAccumulator::add_run(const T* cand, const T* ref, int64_t n, int6
     s_.reference_nonfinite.nan += r_nan;
     s_.reference_nonfinite.inf += r_inf;
     if (!r_nan && !r_inf) {
-      sum_sq_ref_.add(r.value * r.value);
+      sum_sq_ref_.add(r.value);
       s_.max_abs_ref = std::max(s_.max_abs_ref, std::fabs(r.value));
     }
     if ((c_nan && r_nan) || c.bits == r.bits) {
@@ -112,12 +112,20 @@ void ComparisonAccumulator::add_run(const T* cand, const T* ref, int64_t n, int6
       s_.max_ulp_index = index;
     }
     // |C - R| of two bf16/f32 values is exact in binary64 unless their exponents are far apart, where the
-    // rounding is far below anything a report shows.
+    // rounding is far below anything a report shows. Two binary64 values can differ by more than the largest
+    // double (+max vs −max): |C − R| is then inf, its correct rounding, and the ratios use |C − R|/2.
     const double diff = std::fabs(c.value - r.value);
-    sum_sq_diff_.add(diff * diff);
+    const bool in_range = std::isfinite(diff);
+    const double half = in_range ? 0.0 : std::fabs(0.5 * c.value - 0.5 * r.value);
+    if (in_range) {
+      sum_sq_diff_.add(diff);
+    } else {
+      sum_sq_diff_.add(half, 1);
+      max_half_abs_beyond_range_ = std::max(max_half_abs_beyond_range_, half);
+    }
     if (s_.max_abs.index < 0 || diff > s_.max_abs.value) s_.max_abs = {diff, index};
     if (r.value != 0.0) {
-      const double rel = diff / std::fabs(r.value);
+      const double rel = in_range ? diff / std::fabs(r.value) : std::ldexp(half / std::fabs(r.value), 1);
       if (!s_.max_rel || s_.max_rel->index < 0 || rel > s_.max_rel->value) s_.max_rel = Located{rel, index};
     }
     // Written as "not within" so that a NaN bound (a NaN tolerance, or rtol = inf against R = 0) violates.
@@ -144,8 +152,10 @@ ComparisonStats ComparisonAccumulator::finish() const {
     s.rel_l2 = inf;
     s.normalized_max = inf;
   } else {
-    s.rel_l2 = safe_ratio(std::sqrt(s.sum_sq_diff), std::sqrt(s.sum_sq_ref));
-    s.normalized_max = safe_ratio(s.max_abs.index >= 0 ? s.max_abs.value : 0.0, s.max_abs_ref);
+    s.rel_l2 = ScaledSumOfSquares::norm_ratio(sum_sq_diff_, sum_sq_ref_);
+    s.normalized_max = std::isinf(s.max_abs.value)
+                           ? std::ldexp(max_half_abs_beyond_range_ / s.max_abs_ref, 1)
+                           : safe_ratio(s.max_abs.index >= 0 ? s.max_abs.value : 0.0, s.max_abs_ref);
   }
   s.worst = heap_;
   std::sort(s.worst.begin(), s.worst.end(), worse);

@@ -101,7 +101,10 @@ class ComparisonAccumulator {
 
   ComparisonStats s_;
   int top_k_;
-  CompensatedSum sum_sq_diff_, sum_sq_ref_;
+  ScaledSumOfSquares sum_sq_diff_, sum_sq_ref_;
+  // max |C−R|/2 over finite pairs whose difference exceeds binary64 (only binary64 values beyond ±2^1023 can):
+  // max_abs is then inf, its correct rounding, and normalized_max comes from this.
+  double max_half_abs_beyond_range_ = 0.0;
   std::vector<Offender> heap_;  // min-heap on worse(): the least bad of the kept offenders on top
 };
 

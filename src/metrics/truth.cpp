@@ -48,8 +48,8 @@ void TruthAccumulator::add_run(const T* y_in, const T* truth_rounded, const doub
       err_ulp = err / ulp_of(t, s_.format);
       error_ulp_sum_.add(err_ulp);
       ++finite_errors_;
-      sum_sq_error_.add(err * err);
-      sum_sq_truth_.add(t * t);
+      sum_sq_error_.add(err);
+      sum_sq_truth_.add(t);
       max_abs_truth_ = std::max(max_abs_truth_, std::fabs(t));
       if (s_.max_abs_error.index < 0 || err > s_.max_abs_error.value) s_.max_abs_error = {err, index};
     }
@@ -70,7 +70,7 @@ TruthStats TruthAccumulator::finish() const {
   if (s.nonfinite_disagreements > 0) {
     s.rel_l2 = s.normalized_max = std::numeric_limits<double>::infinity();
   } else {
-    s.rel_l2 = ratio_or_inf(std::sqrt(sum_sq_error_.value()), std::sqrt(sum_sq_truth_.value()));
+    s.rel_l2 = ScaledSumOfSquares::norm_ratio(sum_sq_error_, sum_sq_truth_);
     s.normalized_max = ratio_or_inf(s.max_abs_error.index >= 0 ? s.max_abs_error.value : 0.0, max_abs_truth_);
   }
   return s;

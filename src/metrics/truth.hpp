@@ -40,7 +40,8 @@ class TruthAccumulator {
   void add_run(const T* y, const T* truth_rounded, const double* truth64, int64_t n, int64_t first);
 
   TruthStats s_;
-  CompensatedSum error_ulp_sum_, sum_sq_error_, sum_sq_truth_;
+  CompensatedSum error_ulp_sum_;
+  ScaledSumOfSquares sum_sq_error_, sum_sq_truth_;
   int64_t finite_errors_ = 0;
   double max_abs_truth_ = 0.0;
 };

@@ -45,13 +45,15 @@ inline int64_t ordinal(uint64_t bits, int width) {
   return (bits & sign) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
 }
 
-// Distance between two non-NaN patterns of the same format. Saturates instead of overflowing for binary64
-// values of opposite sign far apart (the answer is then "more than 2^63 ULP", which every report bins as >256).
+// Distance between two non-NaN patterns of the same format. Exact for every format: ordinals lie within
+// ±(2^(width-1) − 1), so any two are less than 2^64 − 1 apart (binary64 ±inf: 2·0x7ff0… = 0xffe0…) and the
+// difference, taken in uint64 arithmetic, neither wraps nor reaches kInfiniteUlp (which stays reserved for
+// NaN/inf mismatches). Binary64 values of opposite sign are often more than 2^63 apart (1 and −4 are exactly
+// 2^63), beyond int64.
 inline uint64_t ulp_distance(uint64_t a, uint64_t b, int width) {
   const int64_t oa = ordinal(a, width), ob = ordinal(b, width);
-  const int64_t hi = oa > ob ? oa : ob, lo = oa > ob ? ob : oa;
-  if (lo < 0 && hi > std::numeric_limits<int64_t>::max() + lo) return std::numeric_limits<uint64_t>::max();
-  return static_cast<uint64_t>(hi - lo);
+  return oa >= ob ? static_cast<uint64_t>(oa) - static_cast<uint64_t>(ob)
+                  : static_cast<uint64_t>(ob) - static_cast<uint64_t>(oa);
 }
 
 // The unit in the last place of the format's value nearest to t (t a real number given as binary64):

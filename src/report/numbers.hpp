@@ -29,12 +29,14 @@ inline std::string metric(double v) {
   return fmt::format("{:.4g}", v);
 }
 
-// A percentage of a fraction, never rounding a non-zero fraction to "0%".
+// A percentage of a fraction, never rounding a non-zero fraction to "0%" nor a fraction below 1 to "100%"
+// (16,777,215 of 16,777,216 elements is not all of them).
 inline std::string percent(double fraction) {
   if (fraction == 0.0) return "0%";
   const double p = 100.0 * fraction;
   if (p < 0.0001) return "<0.0001%";
-  return fmt::format("{:.4g}%", p);
+  const std::string text = fmt::format("{:.4g}%", p);
+  return fraction < 1.0 && text == "100%" ? ">99.99%" : text;
 }
 
 // An element's value in its own format's shortest round-trip spelling (bf16 and f32 values print as floats).

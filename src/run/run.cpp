@@ -22,6 +22,11 @@ constexpr int64_t kSlabAlign = 64;  // whole chunks of most datasets per slab (d
 RunSummary run_policies(const RunOptions& o) {
   const Clock::time_point t_start = Clock::now();
   const std::vector<Policy> policies = resolve_policies(o.policies, o.policy_files);
+  // An empty list used to write a results file without a /results group, and exit 0.
+  if (policies.empty())
+    throw InputError(fmt::format("--policies '{}' names no policy to run: give 'all', a comma-separated list, or a "
+                                 "--policy-file",
+                                 o.policies));
   const Device device = resolve_device(o.device);
   if (o.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", o.threads));
   if (o.slab_tokens < 0) throw InputError(fmt::format("--slab-tokens must be >= 0 (got {})", o.slab_tokens));

@@ -1,0 +1,282 @@
+// Adversarial HDF5 files against every command that reads them (a review of src/io/): each must end in one sentence
+// and exit code 2 (or, for `info`, a description), within seconds, with nothing written — never a hang, a crash or a
+// silently wrong answer. Files are made with the raw HDF5 C API (io_test_util.hpp), independently of src/io/.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "io_test_util.hpp"
+
+namespace mhc {
+namespace {
+
+using namespace mhc::testing;
+
+// Every run is bounded: a regression that blocks on a FIFO exits 124 instead of hanging the test suite.
+CliResult run_bounded(const TempDir& dir, const std::string& args, const std::string& shell_prefix = "") {
+  return run_cli(dir, args, shell_prefix + "timeout 20 ");
+}
+
+// Opens `path` read-write, removes the link `name` and lets `make` create something else under that name.
+void replace_link(const std::string& path, const std::string& name, const std::function<void(hid_t file)>& make) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) > 0) H5Ldelete(file, name.c_str(), H5P_DEFAULT);
+  make(file);
+  H5Fclose(file);
+}
+
+// A float32 dataset [dims] created with `dcpl` and, when `data` is given, written.
+void create_f32(hid_t file, const std::string& name, const std::vector<hsize_t>& dims, hid_t dcpl,
+                const float* data = nullptr) {
+  const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(ds, 0) << name;
+  if (data) {
+    EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0) << name;
+  }
+  H5Dclose(ds);
+  H5Sclose(space);
+}
+
+// A virtual /inputs/post [S,H] whose whole extent maps dataset /p of `source_file`.
+void virtual_post(hid_t file, const std::string& source_file, hsize_t S, hsize_t H) {
+  const hsize_t dims[2] = {S, H};
+  const hid_t space = H5Screate_simple(2, dims, nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  ASSERT_GE(H5Pset_virtual(dcpl, space, source_file.c_str(), "/p", space), 0);
+  create_f32(file, "/inputs/post", {S, H}, dcpl);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+}
+
+void set_int_attribute(hid_t object, const char* name, int64_t value) {
+  if (H5Aexists(object, name) > 0) H5Adelete(object, name);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(object, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attr, H5T_NATIVE_INT64, &value);
+  H5Aclose(attr);
+  H5Sclose(space);
+}
+
+class IoReview : public ::testing::Test {
+ protected:
+  TempDir dir;
+  RawInputs inputs = random_inputs(4, 2, 8, 91);
+
+  void SetUp() override { write_inputs(dir.file("good.h5"), inputs); }
+
+  std::vector<std::string> sorted_entries() const {
+    auto e = dir.entries();
+    std::sort(e.begin(), e.end());
+    return e;
+  }
+
+  // The bad-input contract: exit 2, one line naming what is wrong, nothing new in the directory.
+  void expect_refused(const std::string& args, std::initializer_list<const char*> must_mention,
+                      std::initializer_list<const char*> must_not_mention = {}, const std::string& shell_prefix = "") {
+    const auto before = sorted_entries();
+    const CliResult r = run_bounded(dir, args, shell_prefix);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err << (r.exit_code == 124 ? "(timed out: it blocked)" : "");
+    EXPECT_EQ(r.error_lines(), 1) << args << ": exactly one message expected, got:\n" << r.err;
+    for (const char* text : must_mention)
+      EXPECT_NE(r.err.find(text), std::string::npos) << args << ": '" << text << "' in: " << r.err;
+    for (const char* text : must_not_mention)
+      EXPECT_EQ(r.err.find(text), std::string::npos) << args << ": no '" << text << "' in: " << r.err;
+    EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
+  }
+};
+
+// Data that lives outside the file is refused before anything reads it. An external link (to another file), external
+// raw storage (H5Pset_external) and a virtual dataset over another file each made every command block forever when
+// the file they name is a FIFO (the same FIFO as the input itself is refused, docs/format.md), and a virtual dataset
+// whose source file is missing read as zeros: `run` computed and wrote results from inputs that are not there.
+TEST_F(IoReview, DataStoredOutsideTheFileIsRefusedWithoutBlocking) {
+  ASSERT_EQ(mkfifo(dir.file("ff").c_str(), 0666), 0);
+  write_inputs(dir.file("link.h5"), inputs);
+  replace_link(dir.file("link.h5"), "/inputs/x", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_external("ff", "/x", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  write_inputs(dir.file("raw.h5"), inputs);
+  replace_link(dir.file("raw.h5"), "/inputs/post", [](hid_t f) {
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(dcpl, "ff", 0, H5F_UNLIMITED);  // relative: HDF5 1.10 resolves it from the working directory
+    create_f32(f, "/inputs/post", {4, 2}, dcpl);
+    H5Pclose(dcpl);
+  });
+  write_inputs(dir.file("vds.h5"), inputs);
+  replace_link(dir.file("vds.h5"), "/inputs/post", [](hid_t f) { virtual_post(f, "ff", 4, 2); });
+  write_inputs(dir.file("vds-gone.h5"), inputs);
+  replace_link(dir.file("vds-gone.h5"), "/inputs/post", [](hid_t f) { virtual_post(f, "gone.h5", 4, 2); });
+
+  expect_refused("run link.h5 -o out.h5 --policies hf", {"link.h5", "/inputs/x", "external link", "ff"});
+  expect_refused("explain link.h5 --at 0,0,0", {"link.h5", "/inputs/x", "external link"});
+  expect_refused("compare policy:hf policy:exact --inputs link.h5", {"/inputs/x", "external link"});
+  expect_refused("run raw.h5 -o out.h5 --policies hf", {"raw.h5", "/inputs/post", "external file", "ff"});
+  expect_refused("golden regen raw.h5 -o golden.h5", {"raw.h5", "/inputs/post", "external file"});
+  expect_refused("run vds.h5 -o out.h5 --policies hf", {"vds.h5", "/inputs/post", "virtual dataset", "ff"});
+  expect_refused("run vds-gone.h5 -o out.h5 --policies hf", {"vds-gone.h5", "/inputs/post", "gone.h5"});
+  for (const char* file : {"link.h5", "raw.h5", "vds.h5"}) {
+    const CliResult r = run_bounded(dir, std::string("info ") + file);
+    EXPECT_EQ(r.exit_code, 0) << file << ": " << r.err;
+    EXPECT_NE(r.out.find("not usable by `run`"), std::string::npos) << file << ":\n" << r.out;
+  }
+  EXPECT_NE(run_bounded(dir, "info link.h5").out.find("external link to ff:/x"), std::string::npos);
+
+  // A results tensor that is an external link: compare used to block listing the group; it must not be skipped
+  // either (a policy side adapts to the tensors a file side holds: `out` would silently not be compared).
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf --backward").exit_code, 0);
+  std::filesystem::copy_file(dir.file("res.h5"), dir.file("res-link.h5"));
+  replace_link(dir.file("res-link.h5"), "/results/hf-bf16/out", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_external("ff", "/out", f, "/results/hf-bf16/out", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  expect_refused("compare res-link.h5:hf res.h5:hf", {"res-link.h5", "/results/hf-bf16/out", "external link"});
+  expect_refused("compare res-link.h5:hf policy:hf --inputs good.h5", {"/results/hf-bf16/out", "external link"});
+  expect_refused("fingerprint good.h5 res-link.h5:hf", {"/results/hf-bf16/out", "external link"});
+  ASSERT_EQ(run_bounded(dir, "golden regen good.h5 -o golden.h5").exit_code, 0);
+  expect_refused("golden check res-link.h5:hf --golden golden.h5", {"/results/hf-bf16/out", "external link"});
+}
+
+// Dimensions whose product exceeds 2^63 wrapped around: batch dims [2^62+1, 4] made S = 4, and `run` "succeeded"
+// on 4 tokens of a tensor claiming 2^64+4, writing results with the claimed dims; compare read 4 rows of it.
+TEST_F(IoReview, ElementCountsBeyondInt64AreRefused) {
+  const hsize_t huge = (hsize_t{1} << 62) + 1;
+  {
+    RawFile f(dir.file("wrap.h5"));
+    auto declare = [&](const char* name, std::vector<hsize_t> tail) {  // chunked, never written: costs nothing
+      std::vector<hsize_t> dims{huge, 4}, chunk{1, 1};
+      dims.insert(dims.end(), tail.begin(), tail.end());
+      chunk.insert(chunk.end(), tail.begin(), tail.end());
+      const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
+      const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+      H5Pset_create_intermediate_group(lcpl, 1);
+      const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+      const hid_t ds = H5Dcreate2(f.id(), name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
+      ASSERT_GE(ds, 0) << name;
+      H5Dclose(ds);
+      H5Sclose(space);
+      H5Pclose(lcpl);
+      H5Pclose(dcpl);
+    };
+    declare("/inputs/x", {8});
+    declare("/inputs/residual", {2, 8});
+    declare("/inputs/post", {2});
+    declare("/inputs/comb", {2, 2});
+  }
+  expect_refused("run wrap.h5 -o out.h5 --policies hf", {"wrap.h5", "/inputs/x", "4611686018427387905"});
+
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  std::filesystem::copy_file(dir.file("res.h5"), dir.file("res-wrap.h5"));
+  replace_link(dir.file("res-wrap.h5"), "/results/hf-bf16/out", [&](hid_t f) {
+    const hsize_t chunk[4] = {1, 1, 2, 8};
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 4, chunk);
+    create_f32(f, "/results/hf-bf16/out", {huge, 4, 2, 8}, dcpl);
+    H5Pclose(dcpl);
+  });
+  expect_refused("compare res-wrap.h5:hf res.h5:hf", {"res-wrap.h5", "/results/hf-bf16/out", "4611686018427387905"});
+}
+
+// Root attributes that are there but are not one string were ignored: comb_layout = 1 read comb as src,dst, a
+// comb_layout array used its first element, format = 2 passed as mhcdiff/1.
+TEST_F(IoReview, RootAttributesOfTheWrongTypeAreRefused) {
+  write_inputs(dir.file("layout-int.h5"), inputs);
+  replace_link(dir.file("layout-int.h5"), "/none", [](hid_t f) { set_int_attribute(f, "comb_layout", 1); });
+  expect_refused("run layout-int.h5 -o out.h5 --policies hf", {"layout-int.h5", "comb_layout", "not a string"});
+
+  write_inputs(dir.file("format-int.h5"), inputs);
+  replace_link(dir.file("format-int.h5"), "/none", [](hid_t f) { set_int_attribute(f, "format", 2); });
+  expect_refused("run format-int.h5 -o out.h5 --policies hf", {"format-int.h5", "format", "not a string"});
+  expect_refused("info format-int.h5", {"format-int.h5", "format", "not a string"});
+
+  write_inputs(dir.file("layout-two.h5"), inputs);
+  replace_link(dir.file("layout-two.h5"), "/none", [](hid_t f) {
+    H5Adelete(f, "comb_layout");
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    const hsize_t two = 2;
+    const hid_t space = H5Screate_simple(1, &two, nullptr);
+    const hid_t attr = H5Acreate2(f, "comb_layout", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    const char* values[2] = {"dst,src", "src,dst"};
+    H5Awrite(attr, type, values);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Tclose(type);
+  });
+  expect_refused("run layout-two.h5 -o out.h5 --policies hf", {"layout-two.h5", "comb_layout", "not a string"});
+}
+
+// A pass-through HDF5 filter registered in this process only: files written with it need a filter the CLI's
+// HDF5 library does not have (like an h5py file compressed with lzf or a blosc plugin).
+constexpr H5Z_filter_t kTestFilter = 65000;
+size_t pass_through(unsigned, size_t, const unsigned[], size_t nbytes, size_t*, void**) { return nbytes; }
+
+// A dataset whose filter is not available used to be reported as "the file is truncated or corrupt"; the message
+// names the missing filter, and `info` flags it. Real damage (a Fletcher-32 checksum error) still says corrupt.
+TEST_F(IoReview, AMissingFilterIsNamedNotCalledCorruption) {
+  const H5Z_class2_t filter = {H5Z_CLASS_T_VERS, kTestFilter, 1, 1, "mhcdiff-test-filter", nullptr, nullptr,
+                               pass_through};
+  ASSERT_GE(H5Zregister(&filter), 0);
+  write_inputs(dir.file("filtered.h5"), inputs);
+  replace_link(dir.file("filtered.h5"), "/inputs/post", [&](hid_t f) {
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t chunk[2] = {4, 2};
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_filter(dcpl, kTestFilter, H5Z_FLAG_MANDATORY, 0, nullptr);
+    create_f32(f, "/inputs/post", {4, 2}, dcpl, inputs.post.data());
+    H5Pclose(dcpl);
+  });
+  H5Zunregister(kTestFilter);
+  expect_refused("run filtered.h5 -o out.h5 --policies hf", {"filtered.h5", "/inputs/post", "mhcdiff-test-filter"},
+                 {"corrupt"});
+  const CliResult info = run_bounded(dir, "info filtered.h5");
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("mhcdiff-test-filter"), std::string::npos) << info.out;
+
+  write_inputs(dir.file("damaged.h5"), inputs);
+  haddr_t offset = HADDR_UNDEF;
+  replace_link(dir.file("damaged.h5"), "/inputs/post", [&](hid_t f) {
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    const hsize_t chunk[2] = {4, 2};
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_fletcher32(dcpl);
+    create_f32(f, "/inputs/post", {4, 2}, dcpl, inputs.post.data());
+    H5Pclose(dcpl);
+    const hid_t ds = H5Dopen2(f, "/inputs/post", H5P_DEFAULT);
+    const hsize_t origin[2] = {0, 0};
+    hsize_t size = 0;
+    H5Dget_chunk_info_by_coord(ds, origin, nullptr, &offset, &size);
+    H5Dclose(ds);
+  });
+  ASSERT_NE(offset, HADDR_UNDEF);
+  {
+    std::fstream f(dir.file("damaged.h5"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(offset + 1));
+    f.put(char(0x5a));
+  }
+  expect_refused("run damaged.h5 -o out.h5 --policies hf", {"damaged.h5", "/inputs/post", "Fletcher32", "corrupt"});
+}
+
+// A file another process holds open for writing (a training job's h5py writer) is locked by HDF5; that was
+// reported as "truncated or corrupt".
+TEST_F(IoReview, AFileOpenForWritingElsewhereIsNamedAsLocked) {
+  if (const char* locking = std::getenv("HDF5_USE_FILE_LOCKING"); locking && std::string(locking) != "TRUE")
+    GTEST_SKIP() << "HDF5 file locking is turned off in this environment";
+  const hid_t writer = H5Fopen(dir.file("good.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(writer, 0);
+  expect_refused("run good.h5 -o out.h5 --policies hf", {"good.h5", "open for writing"}, {"corrupt"});
+  expect_refused("info good.h5", {"good.h5", "open for writing"}, {"corrupt"});
+  H5Fclose(writer);
+  EXPECT_EQ(run_bounded(dir, "info good.h5").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace mhc
