@@ -1,6 +1,7 @@
 #pragma once
 // Test helpers for the store tests: files written with the raw HDF5 C API, independently of src/io/, so
 // the reader is checked against files it did not write (and bad files can be made on purpose).
+#include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -178,6 +179,27 @@ int64_t first_difference(const A& a, const B& b) {
     if (!(a[i] == b[i])) return int64_t(i);
   return -1;
 }
+
+// A small tmpfs mounted at `path` (created) for disk-full cases, unmounted at scope exit; mounted() is false where
+// mounting needs root and this process is not.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& path, const std::string& size) : path_(path) {
+    std::filesystem::create_directory(path);
+    mounted_ = std::system(("mount -t tmpfs -o size=" + size + " tmpfs " + path + " > /dev/null 2>&1").c_str()) == 0;
+  }
+  ~SmallTmpfs() {
+    if (mounted_ && std::system(("umount " + path_ + " > /dev/null 2>&1").c_str()) != 0)
+      ADD_FAILURE() << "umount " << path_;
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
 
 #ifdef MHCDIFF_BINARY
 // The built CLI, run in `dir` with stdin from /dev/null; `shell_prefix` runs before the binary in the same shell

@@ -7,16 +7,17 @@
 #include <cstdint>
 #include <string>
 
+#include "run/thread_count.hpp"
+
 namespace mhc::cli {
 
 struct CommandContext {
   int exit_code = 0;  // 0 pass, 1 a gate failed, 2 usage or input error (SPEC §4)
 };
 
-// The check of every --threads option: 0 (all cores) or a count; a negative count is a usage error (exit 2),
-// never silently "all". At most 1024 (more than the largest two-socket servers' hardware threads): libgomp cannot
-// start tens of thousands of threads and then exits 1 or crashes mid-run, leaving the output's temp file behind.
-inline CLI::Range thread_count_check() { return CLI::Range(0, 1024); }
+// The check of every --threads option: run::require_thread_count's rule (0 = all cores, 1..run::kMaxThreads), as
+// CLI11's usage error (exit 2).
+inline CLI::Range thread_count_check() { return CLI::Range(0, run::kMaxThreads); }
 
 // The check of every --seed: decimal digits only, within 0..2^64 - 1. CLI11 would read "-1" or "2^64 + 1" into a
 // uint64_t by wrapping or saturating, so different seeds a user typed would give the same data (SPEC §7).

@@ -131,12 +131,12 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   compare::Thresholds& all = g.every_tensor;
   if (o.max_mismatch) {
     if (*o.max_mismatch < 0) throw InputError("--max-mismatch must be at least 0");
-    all.max_mismatch = compare::Threshold{double(*o.max_mismatch), "--max-mismatch"};
+    all.max_mismatch = compare::Threshold::whole_number(static_cast<uint64_t>(*o.max_mismatch), "--max-mismatch");
   }
   if (o.max_mismatch_frac) all.max_mismatch_frac = compare::Threshold{*o.max_mismatch_frac, "--max-mismatch-frac"};
   if (o.max_ulp) {
     if (*o.max_ulp < 0) throw InputError(fmt::format("--max-ulp {} must be at least 0", *o.max_ulp));
-    all.max_ulp = compare::Threshold{double(*o.max_ulp), "--max-ulp"};
+    all.max_ulp = compare::Threshold::whole_number(static_cast<uint64_t>(*o.max_ulp), "--max-ulp");
   }
   if (o.rtol && o.atol) {
     all.tolerance = metrics::Tolerance{*o.rtol, *o.atol};

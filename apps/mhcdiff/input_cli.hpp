@@ -11,13 +11,14 @@
 namespace mhc::cli {
 
 struct InputReadCli {
-  std::string comb_layout = "src,dst";
+  std::string comb_layout;  // empty: not given, the file's comb_layout attribute decides (else src,dst)
   bool round_inputs = false;
   bool allow_nonfinite = false;
 
   io::ReadOptions options() const {
     io::ReadOptions o;
-    o.comb_layout = comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
+    if (!comb_layout.empty())
+      o.comb_layout = comb_layout == "dst,src" ? io::CombLayout::dst_src : io::CombLayout::src_dst;
     o.round_inputs = round_inputs;
     o.allow_nonfinite = allow_nonfinite;
     return o;
@@ -25,9 +26,12 @@ struct InputReadCli {
 };
 
 inline void add_input_read_options(CLI::App* cmd, InputReadCli& o) {
-  cmd->add_option("--comb-layout", o.comb_layout, "orientation of comb in the input: src,dst or dst,src")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}))
-      ->capture_default_str();
+  // No default value: an explicit src,dst must be told apart from no option, since either one given wins over the
+  // file's comb_layout attribute (docs/format.md, "comb orientation").
+  cmd->add_option("--comb-layout", o.comb_layout,
+                  "orientation of comb in the input: src,dst or dst,src; wins over the file's comb_layout attribute "
+                  "(default: that attribute, else src,dst)")
+      ->check(CLI::IsMember({"src,dst", "dst,src"}));
   cmd->add_flag("--round-inputs", o.round_inputs,
                 "round float32/float64 inputs that are not exactly bf16 (or fp32) instead of refusing them");
   cmd->add_flag("--allow-nonfinite", o.allow_nonfinite,

@@ -10,6 +10,7 @@
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
+#include "run/thread_count.hpp"
 
 #if MHCDIFF_HAVE_CUDA
 #include "kernels/cuda/bench_cuda.hpp"
@@ -74,6 +75,7 @@ double median_ms(int reps, F&& fn) {
 }
 
 void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
+  run::require_thread_count(opt.threads);
   const CpuOptions cpu{opt.threads, ExactBackend::boost};
   for (const Shape& sh : opt.shapes) {
     const Inputs in = random_inputs(sh, opt.seed);

@@ -17,6 +17,7 @@
 #include "kernels/dispatch.hpp"
 #include "policy/policy.hpp"
 #include "policy/policy_file.hpp"
+#include "run/thread_count.hpp"
 
 namespace mhc::compare {
 
@@ -206,19 +207,23 @@ std::vector<std::string> select_tensors(const CompareOptions& opt, const Side& c
   return fixed_set;
 }
 
-// Per-tensor geometry: rows (tokens) and elements per row.
+// Per-tensor geometry: the dims as stored (or computed), split into the leading token dims (batch dims and S)
+// and the trailing element dims of one token (SPEC §1: [H, D] for out, [D] for grad_x, ...).
 struct Geometry {
   std::vector<int64_t> dims;
+  std::vector<int64_t> trailing;
   int64_t rows = 0;
   int64_t row_elems = 1;
 };
 
-Geometry geometry_of(const Side& s, const std::string& name, const std::optional<Shape>& shape) {
+Geometry geometry_of(const Side& s, const std::string& name, const std::optional<Shape>& shape,
+                     const std::vector<int64_t>& batch_dims) {
   Geometry g;
   if (s.file) {
     g.dims = s.file->info(s.dataset(name)).dims;
   } else {
-    g.dims = {shape->S};
+    // As `mhcdiff run` would store it: the inputs' leading dims, then one token's dims.
+    g.dims = batch_dims.empty() ? std::vector<int64_t>{shape->S} : batch_dims;
     for (int64_t d : token_dims(name, *shape)) g.dims.push_back(d);
   }
   metrics::IndexLayout layout;
@@ -227,10 +232,38 @@ Geometry geometry_of(const Side& s, const std::string& name, const std::optional
   } catch (const std::invalid_argument& e) {
     throw InputError(fmt::format("{}: {}", s.label(), e.what()));
   }
+  g.trailing = layout.trailing;
   for (int64_t d : layout.trailing) g.row_elems *= d;
   g.rows = 1;
   for (size_t i = 0; i + layout.trailing.size() < g.dims.size(); ++i) g.rows *= g.dims[i];
   return g;
+}
+
+// The leading (token) dims without axes of length 1, which do not change the order of the tokens.
+std::vector<int64_t> squeezed_token_dims(const Geometry& g) {
+  std::vector<int64_t> v;
+  for (size_t i = 0; i + g.trailing.size() < g.dims.size(); ++i)
+    if (g.dims[i] != 1) v.push_back(g.dims[i]);
+  return v;
+}
+
+// Two stores of one tensor hold the same logical tensor when one token's dims are equal and the tokens are the
+// same sequence: equal leading dims (axes of length 1 aside), or one side stores them flattened into a single
+// token axis (docs/format.md: leading batch dims flatten into S, so [B,S,H,D] and [B·S,H,D] are the same tensor).
+// Equal element counts are not enough: [8,2,32] is not [8,4,16], and [4,2,H,D] is not [2,4,H,D].
+bool same_logical_shape(const Geometry& a, const Geometry& b) {
+  if (a.trailing != b.trailing || a.rows != b.rows) return false;
+  const std::vector<int64_t> la = squeezed_token_dims(a), lb = squeezed_token_dims(b);
+  return la == lb || la.size() <= 1 || lb.size() <= 1;
+}
+
+// The H and D a tensor's element dims imply (-1 where it says nothing about one of them).
+std::pair<int64_t, int64_t> streams_and_hidden(const std::string& name, const std::vector<int64_t>& trailing) {
+  const std::string base = is_f64_name(name) ? name.substr(0, name.size() - 4) : name;
+  if (base == "grad_x") return {-1, trailing[0]};
+  if (base == "grad_post") return {trailing[0], -1};
+  if (base == "grad_comb") return {trailing[0], -1};
+  return {trailing[0], trailing[1]};
 }
 
 std::string dims_text(const std::vector<int64_t>& d) { return fmt::format("[{}]", fmt::join(d, ",")); }
@@ -383,30 +416,62 @@ CompareReport run_compare(const CompareOptions& opt) {
                                                           exact_policy))
     throw InputError(fmt::format("the gradients need /inputs/grad_out, which {} does not hold", opt.inputs));
 
-  // Geometry and shape checks.
+  // Geometry and shape checks (docs/metrics.md "Shapes"): both sides, and the inputs when given, must hold the same
+  // logical tensor; every tensor covers the same tokens and agrees on H and D.
   std::vector<std::unique_ptr<TensorWork>> work;
+  const std::vector<int64_t> batch_dims = reader ? reader->batch_dims() : std::vector<int64_t>{};
   int64_t rows = -1;
   int64_t widest = 1;
+  int64_t streams = -1, hidden = -1;
+  std::string streams_from, hidden_from;
   for (const auto& name : names) {
-    const Geometry gc = geometry_of(cand, name, shape), gr = geometry_of(ref, name, shape);
+    const Geometry gc = geometry_of(cand, name, shape, batch_dims), gr = geometry_of(ref, name, shape, batch_dims);
     if (shape) {
-      const std::vector<int64_t> td = token_dims(name, *shape);
-      int64_t te = 1;
-      for (int64_t d : td) te *= d;
-      const Geometry& gf = cand.file ? gc : gr;
-      if (gf.rows != shape->S || gf.row_elems != te)
-        throw InputError(fmt::format("{} has shape {} in {}, but the inputs {} are S={}, H={}, D={}: they are not the "
-                                     "inputs it was computed from",
-                                     name, dims_text(gf.dims), (cand.file ? cand : ref).label(), opt.inputs, shape->S,
-                                     shape->H, shape->D));
+      Geometry expected;
+      expected.dims = batch_dims.empty() ? std::vector<int64_t>{shape->S} : batch_dims;
+      expected.trailing = token_dims(name, *shape);
+      expected.dims.insert(expected.dims.end(), expected.trailing.begin(), expected.trailing.end());
+      expected.rows = shape->S;
+      for (const Side* s : {&cand, &ref}) {
+        const Geometry& g = s == &cand ? gc : gr;
+        if (s->file && !same_logical_shape(g, expected))
+          throw InputError(fmt::format("{} has shape {} in {}, but the inputs {} (S={}, H={}, D={}) make it {}: they are "
+                                       "not the inputs it was computed from",
+                                       name, dims_text(g.dims), s->label(), opt.inputs, shape->S, shape->H, shape->D,
+                                       dims_text(expected.dims)));
+      }
     }
-    if (gc.rows != gr.rows || gc.row_elems != gr.row_elems)
-      throw InputError(fmt::format("{} has shape {} in {} but {} in {}", name, dims_text(gc.dims), cand.label(),
-                                   dims_text(gr.dims), ref.label()));
+    if (!same_logical_shape(gc, gr))
+      throw InputError(fmt::format("{} has shape {} in {} but {} in {} (shapes must agree; only leading batch dims may "
+                                   "be stored flattened into one token axis)",
+                                   name, dims_text(gc.dims), cand.label(), dims_text(gr.dims), ref.label()));
     if (rows >= 0 && gc.rows != rows)
       throw InputError(fmt::format("{} has {} tokens but {} has {}; every tensor of a comparison covers the same "
                                    "tokens", name, gc.rows, names.front(), rows));
     rows = gc.rows;
+    // The sides agree with each other here, so one side's element dims speak for both.
+    const Side& shown = cand.file ? cand : ref;
+    const Geometry& gs = cand.file ? gc : gr;
+    if (gs.trailing.size() == 2 && name.rfind("grad_comb", 0) == 0 && gs.trailing[0] != gs.trailing[1])
+      throw InputError(fmt::format("{} has shape {} in {}: its last two dims are [H, H] (src, dst) and must be equal",
+                                   name, dims_text(gs.dims), shown.label()));
+    const auto [h, d] = streams_and_hidden(name, gs.trailing);
+    if (h >= 0 && streams >= 0 && h != streams)
+      throw InputError(fmt::format("{} has shape {} in {}, so H = {}, but {} has H = {}; every tensor of a comparison "
+                                   "has the same H and D", name, dims_text(gs.dims), shown.label(), h, streams_from,
+                                   streams));
+    if (d >= 0 && hidden >= 0 && d != hidden)
+      throw InputError(fmt::format("{} has shape {} in {}, so D = {}, but {} has D = {}; every tensor of a comparison "
+                                   "has the same H and D", name, dims_text(gs.dims), shown.label(), d, hidden_from,
+                                   hidden));
+    if (h >= 0 && streams < 0) {
+      streams = h;
+      streams_from = name;
+    }
+    if (d >= 0 && hidden < 0) {
+      hidden = d;
+      hidden_from = name;
+    }
     widest = std::max(widest, gc.row_elems);
     const Format f = format_of_tensor(name);
     std::optional<metrics::Tolerance> tol = opt.gates.for_tensor(name).tolerance;
@@ -433,6 +498,7 @@ CompareReport run_compare(const CompareOptions& opt) {
   if (relative) computed[relative->name] = relative;
   Device device = Device::cpu;
   if (!computed.empty()) device = resolve_device(opt.device);
+  run::require_thread_count(opt.threads);
   CpuOptions cpu;
   cpu.threads = opt.threads;
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "compare/report_model.hpp"
 
@@ -26,6 +27,17 @@ const char* relative_metric_name(RelativeMetric m);
 struct Threshold {
   double value = 0.0;
   std::string origin;  // "--max-ulp", "default", "golden.h5"
+  // The limit of a count gate (--max-mismatch, --max-ulp) as the integer it was given as: `value` is a double and
+  // rounds integers above 2^53 (binary64 ULP distances reach 2^64 − 2).
+  std::optional<uint64_t> whole;
+
+  Threshold() = default;
+  Threshold(double limit, std::string from) : value(limit), origin(std::move(from)) {}
+  static Threshold whole_number(uint64_t limit, std::string from) {
+    Threshold t(static_cast<double>(limit), std::move(from));
+    t.whole = limit;
+    return t;
+  }
 };
 
 struct Thresholds {

@@ -5,13 +5,17 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "kernels/cpu/operator_cpu.hpp"
 #include "kernels/dispatch.hpp"
 #include "metrics/comparison.hpp"
+#include "run/thread_count.hpp"
 
 namespace mhc::compare {
 
@@ -69,6 +73,21 @@ std::string attr_name(const std::string& tensor, const std::string& field) {
 // the value measured (a printf-style "%g" would round it, and the policy that set it could then fail).
 std::string exact_text(double v) { return std::isinf(v) ? "inf" : fmt::format("{}", v); }
 
+// A max ULP is a whole number (or inf): written as one, never in exponent notation.
+std::string ulp_text(double v) { return std::isinf(v) ? "inf" : fmt::format("{:.0f}", v); }
+
+// The whole text as a number: std::stod read "3abc" as 3 and skipped leading blanks, so a damaged or hand-edited
+// tolerance became a different limit without a word. std::from_chars is also independent of the C locale.
+std::optional<double> parse_whole_text(const std::string& text) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [next, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || next != end) return std::nullopt;
+  return v;
+}
+
+const char* const kToleranceFields[] = {"max_ulp", "max_mismatch_frac", "rel_l2", "norm_max"};
+
 }  // namespace
 
 GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
@@ -86,6 +105,8 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
   }
   if (policies.empty()) throw InputError("--policies names no policy");
 
+  run::require_thread_count(opt.threads);
+
   io::InputReader reader(opt.input, opt.read);
   const Shape shape = reader.shape();
   const bool backward = reader.has_grad();
@@ -94,7 +115,10 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
   cpu.threads = opt.threads;
   const std::string checksum = reader.checksum();
 
-  io::ResultWriter writer(opt.output, {{"input", opt.input}});
+  // As run: a baseline larger than the output's disk is refused before hours of work, not when the disk is full.
+  const std::vector<io::SourceFile> sources = {{"input", opt.input}};
+  io::check_output_fits(opt.output, "output", io::results_bytes(shape, backward, policies, backward), sources);
+  io::ResultWriter writer(opt.output, sources);
   writer.set_batch_dims(reader.batch_dims());
   writer.declare_inputs(shape, backward);
   for (const auto& p : policies)
@@ -109,10 +133,11 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
       vs_first_run[i].emplace_back(format_of_result(t), 0);
     }
 
+  io::InputCensus census;
   const int64_t step = io::slab_tokens_for(shape, backward, int64_t(64) << 20);
   for (int64_t s0 = 0; s0 < shape.S; s0 += step) {
     const int64_t n = std::min(step, shape.S - s0);
-    const Inputs in = reader.read_slab(s0, n);
+    const Inputs in = reader.read_slab(s0, n, &census);
     writer.append_inputs(s0, in);
     std::vector<PolicyResult> results(policies.size());
     for (size_t i = 0; i < policies.size(); ++i) {
@@ -158,12 +183,15 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
   writer.set_attribute("/", "golden_policies", fmt::format("{}", fmt::join(sum.policies, ",")));
   writer.set_attribute("/", "golden_repeat", std::to_string(opt.repeat));
   for (const auto& t : sum.tolerances) {
-    writer.set_attribute("/", attr_name(t.tensor, "max_ulp"), exact_text(t.max_ulp));
+    writer.set_attribute("/", attr_name(t.tensor, "max_ulp"), ulp_text(t.max_ulp));
     writer.set_attribute("/", attr_name(t.tensor, "max_mismatch_frac"), exact_text(t.max_mismatch_frac));
     writer.set_attribute("/", attr_name(t.tensor, "rel_l2"), exact_text(t.rel_l2));
     writer.set_attribute("/", attr_name(t.tensor, "norm_max"), exact_text(t.norm_max));
     writer.set_attribute("/", attr_name(t.tensor, "set_by"), t.worst_policy.empty() ? "bit-identical" : t.worst_policy);
   }
+  // The inputs' provenance, as run records it (`info` shows it).
+  writer.describe_inputs(opt.input, checksum, census);
+  writer.describe_comb_layout(reader.comb_layout_text());
   writer.commit();
   return sum;
 }
@@ -175,25 +203,48 @@ GoldenSpec read_golden(const std::string& path) {
   if (attrs["golden_format"] != kGoldenFormat)
     throw InputError(fmt::format("{} is not a golden file (no golden_format = \"{}\" attribute); make one with "
                                  "`mhcdiff golden regen`", path, kGoldenFormat));
+  // Every golden_tolerance.* attribute must be one mhcdiff reads: a misspelt one would otherwise leave its limit
+  // unchecked.
+  const std::string prefix = "golden_tolerance.";
+  std::set<std::string> tensors_with_limits;
+  for (const auto& [key, value] : attrs) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string rest = key.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    const std::string tensor = rest.substr(0, dot), field = dot == std::string::npos ? "" : rest.substr(dot + 1);
+    const auto& primaries = primary_tensors();
+    const bool known_tensor = std::find(primaries.begin(), primaries.end(), tensor) != primaries.end();
+    const bool known_field = field == "set_by" || std::find(std::begin(kToleranceFields), std::end(kToleranceFields),
+                                                            field) != std::end(kToleranceFields);
+    if (!known_tensor || !known_field)
+      throw InputError(fmt::format("{}: attribute {} is not one mhcdiff reads (golden_tolerance.<tensor>.<field> with "
+                                   "tensor one of {} and field one of max_ulp, max_mismatch_frac, rel_l2, norm_max, "
+                                   "set_by)", path, key, fmt::join(primaries, ", ")));
+    if (field != "set_by") tensors_with_limits.insert(tensor);
+  }
   GoldenSpec spec;
   spec.reference = attrs["golden_reference"];
   for (const auto& tensor : primary_tensors()) {
-    const std::string key = attr_name(tensor, "max_ulp");
-    if (!attrs.count(key)) continue;
+    if (!tensors_with_limits.count(tensor)) continue;
     GoldenTolerance t;
     t.tensor = tensor;
-    // A limit is a measured worst case: a number ≥ 0, or inf. NaN is refused: no gate can be checked against it.
+    // A limit is a measured worst case: a number ≥ 0, or inf, written out completely. NaN is refused: no gate can
+    // be checked against it.
     auto num = [&](const std::string& field) {
-      const std::string& text = attrs[attr_name(tensor, field)];
-      double v = NAN;
-      try {
-        v = text == "inf" ? INFINITY : std::stod(text);
-      } catch (const std::exception&) {
-      }
-      if (!(v >= 0))
-        throw InputError(
-            fmt::format("{}: attribute {} is '{}', not a number ≥ 0", path, attr_name(tensor, field), text));
-      return v;
+      const std::string key = attr_name(tensor, field);
+      const auto it = attrs.find(key);
+      if (it == attrs.end())
+        throw InputError(fmt::format("{}: attribute {} is missing (the file has other golden_tolerance.{}.* limits)",
+                                     path, key, tensor));
+      const std::optional<double> v = parse_whole_text(it->second);
+      if (!v || !(*v >= 0))
+        throw InputError(fmt::format("{}: attribute {} is '{}', not a number ≥ 0", path, key, it->second));
+      if (field == "max_ulp" && std::isfinite(*v) && *v != std::floor(*v))
+        throw InputError(fmt::format("{}: attribute {} is '{}', not a whole number of ULP (or inf)", path, key,
+                                     it->second));
+      if (field == "max_mismatch_frac" && *v > 1)
+        throw InputError(fmt::format("{}: attribute {} is '{}', not a fraction in [0, 1]", path, key, it->second));
+      return *v;
     };
     t.max_ulp = num("max_ulp");
     t.max_mismatch_frac = num("max_mismatch_frac");

@@ -22,6 +22,9 @@ struct GateOutcome {
   double limit = 0.0;
   int64_t where = -1;   // flat index of the element that decided it (-1: not tied to one element)
   std::string summary;  // one human line, e.g. "max ULP 4 > 1 allowed at (12, 3, 1007)"
+  // Count gates (max-mismatch, max-ulp, allclose) also carry both numbers exactly, as integers (a double rounds them
+  // above 2^53); nullopt where one is not a whole number (an infinite ULP distance, a limit of inf).
+  std::optional<uint64_t> measured_whole, limit_whole;
 };
 
 struct TensorReport {

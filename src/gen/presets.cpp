@@ -229,29 +229,10 @@ Inputs generate_slab(const GenOptions& o, int64_t s0, int64_t count) {
   return in;
 }
 
-namespace {
-
-// The inputs' bytes: x, residual and grad_out as bf16, post and comb as fp32.
-double input_bytes(const Shape& sh, bool grad) {
-  const double S = double(sh.S), H = sh.H, D = double(sh.D);
-  return S * (2 * D * (1 + H * (grad ? 2 : 1)) + 4 * (H + H * H));
-}
-
-}  // namespace
-
 void write_generated(const GenOptions& o, const std::string& path, int deflate_level) {
   validate(o);
-  // A shape too large for the disk would write for hours before failing: refuse it first. Compressed, these
-  // random mantissas shrink about 1.5x (docs/format.md), never 2x.
-  {
-    const std::filesystem::path target = io::check_output_path(path, "output");  // a symlink's target's disk
-    std::error_code ec;
-    const std::filesystem::space_info space = std::filesystem::space(target.parent_path(), ec);
-    const double need = input_bytes(o.shape, o.grad) / (deflate_level > 0 ? 2 : 1);
-    if (!ec && need > double(space.available))
-      throw InputError(fmt::format("{}: the file would take about {:.3g} GB, but its filesystem has {:.3g} GB free",
-                                   path, need / 1e9, double(space.available) / 1e9));
-  }
+  // A shape too large for the disk would write for hours before failing: refuse it first.
+  io::check_output_fits(path, "output", io::inputs_bytes(o.shape, o.grad, deflate_level));
   io::ResultWriter writer(path);
   writer.set_compression(deflate_level);
   writer.declare_inputs(o.shape, o.grad);

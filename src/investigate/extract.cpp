@@ -8,6 +8,7 @@
 #include "kernels/cpu/operator_cpu.hpp"
 #include "metrics/comparison.hpp"
 #include "metrics/ulp.hpp"
+#include "run/thread_count.hpp"
 
 namespace mhc::investigate {
 
@@ -43,6 +44,7 @@ void append_token(Inputs& dst, const Inputs& t) {
 ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource& reference, const std::string& inputs_path,
                                     const std::string& output, const ExtractOptions& options) {
   if (options.worst < 1) throw InputError(fmt::format("--worst must be at least 1 (got {})", options.worst));
+  run::require_thread_count(options.threads);
   // The output must replace none of the files read: the inputs, nor a file side (-o res.h5 with res.h5:hf-bf16).
   std::vector<io::SourceFile> sources = {{"inputs", inputs_path}};
   if (!candidate.is_policy) sources.push_back({"candidate", candidate.path});
@@ -51,8 +53,8 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   io::check_output_path(output, "output", sources);
   io::InputReader reader(inputs_path, options.read);
   const Shape shape = reader.shape();
-  check_out_shape(candidate, shape);
-  check_out_shape(reference, shape);
+  check_out_shape(candidate, reader);
+  check_out_shape(reference, reader);
   check_computed_from({&candidate, &reference}, reader, inputs_path);
   ExtractSummary summary;
   summary.source_shape = shape;
@@ -120,6 +122,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   io::InputChecksum checksum;  // of the repro's own inputs, which its result groups were computed from
   checksum.update(repro);
   writer.describe_inputs(inputs_path, checksum.hex(), census);
+  writer.describe_comb_layout(reader.comb_layout_text());
   auto write_side = [&](const OutSource& src, const std::string& group, const PolicyResult& result) {
     Policy p = src.is_policy ? src.policy : Policy{};
     p.name = group;

@@ -9,6 +9,7 @@
 
 #include "investigate/json_text.hpp"
 #include "numerics/bf16.hpp"
+#include "run/thread_count.hpp"
 
 namespace mhc::investigate {
 namespace {
@@ -157,6 +158,7 @@ void MismatchStats::merge(const MismatchStats& o) {
 }
 
 FingerprintReport fingerprint(const Shape& shape, const SlabSource& source, const FingerprintOptions& options) {
+  run::require_thread_count(options.threads);
   if (shape.H < 1 || shape.H > kMaxStreams || shape.D < 1 || shape.S < 1)
     throw std::invalid_argument(fmt::format("fingerprint needs S >= 1, H in 1..16 and D >= 1 (got S={}, H={}, D={})",
                                             shape.S, shape.H, shape.D));

@@ -10,6 +10,7 @@
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
+#include "run/thread_count.hpp"
 
 namespace mhc::investigate {
 
@@ -87,17 +88,37 @@ int64_t slab_tokens(const Shape& shape) {
   return std::clamp<int64_t>((int64_t{1} << 22) / per_token, 1, std::max<int64_t>(1, shape.S));
 }
 
-void check_out_shape(const OutSource& src, const Shape& shape) {
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ",")); }
+
+std::vector<int64_t> without_ones(std::vector<int64_t> dims) {
+  dims.erase(std::remove(dims.begin(), dims.end(), int64_t{1}), dims.end());
+  return dims;
+}
+
+}  // namespace
+
+void check_out_shape(const OutSource& src, const io::InputReader& inputs) {
   if (src.is_policy) return;
-  const io::TensorFile file(src.path);
-  const io::TensorInfo info = file.info(src.dataset);
-  int64_t n = 1;
-  for (int64_t d : info.dims) n *= d;
-  const int64_t want = shape.S * shape.H * shape.D;
-  if (n != want || info.dims.size() < 2 || info.dims.back() != shape.D)
-    throw InputError(fmt::format("{} dataset {} holds {} elements with last dimension {}; the inputs need out [S={}, H={}, D={}]",
-                                 src.path, src.dataset, n, info.dims.empty() ? 0 : info.dims.back(), shape.S, shape.H,
-                                 shape.D));
+  const Shape& shape = inputs.shape();
+  const std::vector<int64_t>& batch = inputs.batch_dims();
+  const std::vector<int64_t> dims = io::TensorFile(src.path).info(src.dataset).dims;
+  // out is [..., H, D] (SPEC §3). Its leading dims are read as tokens in row-major order, so they must split S as
+  // the inputs' batch dims do, or be S itself (a dump that flattened them); dims of size 1 move no token. Counting
+  // elements alone accepted [S·H, D] and [2S, H/2, D], which pair every token with another's values.
+  bool ok = dims.size() >= 3 && dims[dims.size() - 2] == shape.H && dims.back() == shape.D;
+  if (ok) {
+    const std::vector<int64_t> leading = without_ones({dims.begin(), dims.end() - 2});
+    ok = leading == without_ones(batch) || leading == without_ones({shape.S});
+  }
+  if (ok) return;
+  std::vector<int64_t> want = batch;
+  want.insert(want.end(), {int64_t(shape.H), shape.D});
+  const std::string flat = dims_text({shape.S, int64_t(shape.H), shape.D});
+  throw InputError(fmt::format("{} dataset {} has shape {}, but the inputs {} (S={}, H={}, D={}) need out {}{}", src.path,
+                               src.dataset, dims_text(dims), inputs.path(), shape.S, shape.H, shape.D, dims_text(want),
+                               batch.size() > 1 ? " or " + flat : ""));
 }
 
 std::vector<bf16_bits> read_out_slab(const OutSource& src, const Inputs& slab, int64_t s0, int threads) {
@@ -132,9 +153,10 @@ void check_computed_from(const std::vector<const OutSource*>& sides, io::InputRe
 
 FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSource& candidate, const io::ReadOptions& read,
                                    const FingerprintOptions& options) {
+  run::require_thread_count(options.threads);
   io::InputReader reader(inputs_path, read);
   const Shape shape = reader.shape();
-  check_out_shape(candidate, shape);
+  check_out_shape(candidate, reader);
   check_computed_from({&candidate}, reader, inputs_path);
   const int64_t step = slab_tokens(shape);
   const SlabSource source = [&](const SlabVisitor& visit) {

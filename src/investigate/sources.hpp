@@ -34,8 +34,10 @@ int64_t slab_tokens(const Shape& shape);
 // Reads `count` tokens of `out` starting at token s0, computing it for a policy side (CPU).
 std::vector<bf16_bits> read_out_slab(const OutSource& src, const Inputs& slab, int64_t s0, int threads = 0);
 
-// Checks that the side holds S·H·D elements for `shape` (InputError naming the dataset otherwise).
-void check_out_shape(const OutSource& src, const Shape& shape);
+// Checks that a file side is `out` for the inputs `inputs` reads: [..., H, D] whose leading dims are the inputs'
+// batch dims or S (dims of size 1 aside), so its tokens are the inputs' tokens; InputError naming both shapes
+// otherwise.
+void check_out_shape(const OutSource& src, const io::InputReader& inputs);
 
 // Checks that the file sides among `sides` were computed from the inputs `reader` reads (io::results_inputs_checksum
 // against the reader's checksum, computed once, only when a side says); InputError naming both otherwise. Up front,

@@ -177,6 +177,19 @@ std::filesystem::path check_output_path(const std::string& path, const std::stri
   return check_output(path, what, sources).target;
 }
 
+std::filesystem::path check_output_fits(const std::string& path, const std::string& what, double bytes,
+                                        const std::vector<SourceFile>& sources) {
+  const fs::path target = check_output(path, what, sources).target;
+  std::error_code ec;
+  const fs::space_info space = fs::space(target.parent_path(), ec);
+  if (!ec && bytes > double(space.available))
+    throw InputError(fmt::format("cannot write the {} {}: it would take about {:.3g} GB, but its filesystem ({}) has "
+                                 "{:.3g} GB free",
+                                 what, path, bytes / 1e9, target.parent_path().string(),
+                                 double(space.available) / 1e9));
+  return target;
+}
+
 AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources)
     : requested_(path), what_(what) {
   const CheckedOutput checked = check_output(path, what, sources);

@@ -31,6 +31,13 @@ bool same_file(const std::string& a, const std::string& b);
 std::filesystem::path check_output_path(const std::string& path, const std::string& what,
                                         const std::vector<SourceFile>& sources = {});
 
+// check_output_path, and then that a file of about `bytes` fits the free space of the disk the output would be
+// written on (a symlink's target's): InputError otherwise ("cannot write the output o.h5: it would take about
+// 1.1e+05 GB, but its filesystem (/data) has 67 GB free"). A command that would write for hours before the disk is
+// full calls it before any work (gen, run). Where the free space cannot be read, the write itself reports it.
+std::filesystem::path check_output_fits(const std::string& path, const std::string& what, double bytes,
+                                        const std::vector<SourceFile>& sources = {});
+
 // An output file written beside its destination and renamed over it on commit(), so a reader never sees a partial
 // file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,
 // e.g. "output" or "report"): an empty path; a directory; an existing path that is not a regular file (a device

@@ -131,8 +131,8 @@ std::string describe_file(const std::string& path) {
     // Leading batch dims only where there are several (x [B,S,D] is S' = B·S); x [S,D] has just S.
     const std::string batch =
         reader.batch_dims().size() > 1 ? fmt::format(" (batch dims {})", detail::dims_text(reader.batch_dims())) : "";
-    w.text += fmt::format("  inputs: S={}{}, H={}, D={}, grad_out {}\n", s.S, batch, s.H, s.D,
-                          reader.has_grad() ? "present" : "absent");
+    w.text += fmt::format("  inputs: S={}{}, H={}, D={}, grad_out {}, comb read as {}\n", s.S, batch, s.H, s.D,
+                          reader.has_grad() ? "present" : "absent", reader.comb_layout_text());
   } catch (const InputError& e) {
     if (detail::link_exists(file.get(), "/inputs"))
       w.text += fmt::format("  inputs: not usable by `run` ({})\n", e.what());

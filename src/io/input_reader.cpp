@@ -5,6 +5,9 @@
 #include <bit>
 #include <boost/crc.hpp>
 #include <cmath>
+#include <limits>
+#include <new>
+#include <stdexcept>
 
 #include "io/files.hpp"
 #include "io/hdf5_util.hpp"
@@ -24,9 +27,20 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
+const char* comb_layout_name(CombLayout layout) { return layout == CombLayout::dst_src ? "dst,src" : "src,dst"; }
+
+int64_t token_input_bytes(const Shape& shape, bool with_grad) {
+  // x, residual and grad_out are rows of D bf16 values, post and comb H and H·H fp32 values. H ≤ 16 in any file
+  // the reader accepts, but D is only bounded by the element count (H·D ≤ 2^63 - 1), so 2·H·D can wrap.
+  const int64_t H = shape.H, bf16_rows = 1 + H * (with_grad ? 2 : 1);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(2 * bf16_rows, shape.D, &bytes) || __builtin_add_overflow(bytes, 4 * (H + H * H), &bytes))
+    return std::numeric_limits<int64_t>::max();
+  return bytes;
+}
+
 int64_t slab_tokens_for(const Shape& shape, bool with_grad, int64_t budget_bytes) {
-  const int64_t H = shape.H, D = shape.D;
-  const int64_t row_bytes = 2 * D + 2 * H * D + 4 * H + 4 * H * H + (with_grad ? 2 * H * D : 0);
+  const int64_t row_bytes = token_input_bytes(shape, with_grad);
   const int64_t rows = std::max<int64_t>(1, budget_bytes / std::max<int64_t>(1, row_bytes));
   return std::min<int64_t>(std::max<int64_t>(shape.S, 1), rows);
 }
@@ -101,6 +115,7 @@ struct InputReader::Impl {
   Shape shape;
   std::vector<int64_t> batch_dims;
   CombLayout layout = CombLayout::src_dst;
+  CombLayoutOrigin layout_origin = CombLayoutOrigin::default_layout;
   InputTensor x, residual, post, comb, grad_out;
   bool has_grad = false;
   Handle bf16_type = detail::make_bf16_type();
@@ -219,15 +234,24 @@ struct InputReader::Impl {
     post.row_elems = H;
     comb.row_elems = H * H;
 
-    layout = options.comb_layout;
+    // The attribute is validated even when the option overrides it: a malformed file is refused either way.
+    std::optional<CombLayout> declared;
     if (auto attr = root_string_attribute("comb_layout", "\"src,dst\" or \"dst,src\"")) {
-      CombLayout declared;
       if (*attr == "src,dst") declared = CombLayout::src_dst;
       else if (*attr == "dst,src") declared = CombLayout::dst_src;
       else fail(fmt::format("root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", *attr));
-      // An explicit dst,src wins: it is how a user reads a file whose writer transposed comb but still
-      // declared src,dst (the bug class of SPEC §1). A file declaring dst,src is read as such by default.
-      if (options.comb_layout == CombLayout::src_dst) layout = declared;
+    }
+    // An explicit option wins in both directions: a writer that transposed comb yet declared src,dst, or declared
+    // dst,src for a comb it never transposed, is the bug class of SPEC §1 (docs/decisions.md).
+    if (options.comb_layout) {
+      layout = *options.comb_layout;
+      layout_origin = CombLayoutOrigin::option;
+    } else if (declared) {
+      layout = *declared;
+      layout_origin = CombLayoutOrigin::file_attribute;
+    } else {
+      layout = CombLayout::src_dst;
+      layout_origin = CombLayoutOrigin::default_layout;
     }
   }
 
@@ -343,11 +367,37 @@ const Shape& InputReader::shape() const { return impl_->shape; }
 const std::vector<int64_t>& InputReader::batch_dims() const { return impl_->batch_dims; }
 bool InputReader::has_grad() const { return impl_->has_grad; }
 CombLayout InputReader::comb_layout() const { return impl_->layout; }
+CombLayoutOrigin InputReader::comb_layout_origin() const { return impl_->layout_origin; }
+
+std::string InputReader::comb_layout_text() const {
+  const char* name = comb_layout_name(impl_->layout);
+  switch (impl_->layout_origin) {
+    case CombLayoutOrigin::option: return fmt::format("{} (--comb-layout)", name);
+    case CombLayoutOrigin::file_attribute: return fmt::format("{} (the file's comb_layout attribute)", name);
+    case CombLayoutOrigin::default_layout: break;
+  }
+  return fmt::format("{} (the default: the file declares no comb_layout)", name);
+}
 
 Inputs InputReader::read_slab(int64_t s0, int64_t count, InputCensus* census) {
   Impl& m = *impl_;
-  if (s0 < 0 || count < 0 || s0 + count > m.shape.S)
+  if (s0 < 0 || count < 0 || s0 > m.shape.S - count)
     throw std::out_of_range(fmt::format("read_slab [{}, {}) outside [0, {})", s0, s0 + count, m.shape.S));
+  // A file may declare tokens far larger than memory (chunked datasets take no space until written): say which
+  // file and shape, rather than main's generic "not enough memory".
+  try {
+    return read_slab_unchecked(s0, count, census);
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {
+  }
+  const int64_t per_token = token_input_bytes(m.shape, m.has_grad);
+  throw InputError(fmt::format("{}: not enough memory to read {} token(s) of its inputs (S={}, H={}, D={}: {:.3g} "
+                               "bytes per token)",
+                               m.path, count, m.shape.S, m.shape.H, m.shape.D, double(per_token)));
+}
+
+Inputs InputReader::read_slab_unchecked(int64_t s0, int64_t count, InputCensus* census) {
+  Impl& m = *impl_;
   Inputs in;
   in.shape = Shape{count, m.shape.H, m.shape.D};
   m.read_bf16_slot(m.x, s0, count, in.x, census);

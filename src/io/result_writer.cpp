@@ -16,6 +16,25 @@
 
 namespace mhc::io {
 
+double inputs_bytes(const Shape& shape, bool grad, int deflate_level) {
+  const double S = double(shape.S), H = shape.H, D = double(shape.D);
+  const double bytes = S * (2 * D * (1 + H * (grad ? 2 : 1)) + 4 * (H + H * H));
+  return deflate_level > 0 ? bytes / 2 : bytes;
+}
+
+double results_bytes(const Shape& shape, bool grad_inputs, const std::vector<Policy>& policies, bool backward,
+                     int deflate_level) {
+  const double S = double(shape.S), H = shape.H, D = double(shape.D);
+  double total = inputs_bytes(shape, grad_inputs);
+  for (const Policy& p : policies) {
+    const double twin = stores_f64(p.desc) ? 8 : 0;
+    total += S * H * D * (2 + twin);
+    if (backward) total += S * (D * (2 + twin) + H * D * (2 + twin) + (H + H * H) * (4 + twin));
+  }
+  return deflate_level > 0 ? total / 2 : total;
+}
+
+
 using detail::Handle;
 
 namespace {
@@ -39,6 +58,7 @@ std::string host_name() {
 // written chunk fits the 2 MiB per-dataset chunk cache (see docs/format.md, "Memory").
 constexpr int64_t kChunkBytes = 512 << 10;
 constexpr size_t kChunkCacheBytes = 2 << 20;
+constexpr int64_t kMaxChunkBytes = int64_t{1} << 32;  // HDF5 refuses a chunk of 4 GiB or more
 
 }  // namespace
 
@@ -156,10 +176,22 @@ struct ResultWriter::Impl {
     // Chunks are whole token rows: a slab read or write touches whole chunks (except at slab edges).
     std::vector<hsize_t> chunk(dims.size(), 1);
     const size_t token_axis = batch.size() - 1;
-    const int64_t rows = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, row_elems * elem_size), 1,
-                                             std::max<int64_t>(1, batch.back()));
-    chunk[token_axis] = hsize_t(rows);
-    for (size_t i = 0; i < elem_dims.size(); ++i) chunk[batch.size() + i] = hsize_t(elem_dims[i]);
+    int64_t row_bytes = 0;
+    if (!__builtin_mul_overflow(row_elems, elem_size, &row_bytes) && row_bytes < kMaxChunkBytes) {
+      const int64_t rows = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, row_bytes), 1,
+                                               std::max<int64_t>(1, batch.back()));
+      chunk[token_axis] = hsize_t(rows);
+      for (size_t i = 0; i < elem_dims.size(); ++i) chunk[batch.size() + i] = hsize_t(elem_dims[i]);
+    } else {
+      // One token row is larger than HDF5 allows a chunk to be (D = 2^31 bf16 values): H5Dcreate failed and `run`
+      // ended in "internal error". Such a row is split over chunks of about kChunkBytes, innermost dim first.
+      int64_t budget = std::max<int64_t>(1, kChunkBytes / elem_size);
+      for (size_t i = elem_dims.size(); i-- > 0;) {
+        const int64_t c = std::clamp<int64_t>(budget, 1, std::max<int64_t>(1, elem_dims[i]));
+        chunk[batch.size() + i] = hsize_t(c);
+        budget = std::max<int64_t>(1, budget / c);
+      }
+    }
 
     Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
@@ -326,6 +358,10 @@ void ResultWriter::describe_inputs(const std::string& source_file, const std::st
   set_integer_attribute("/inputs", "nan_count", census.nan_count);
   set_integer_attribute("/inputs", "inf_count", census.inf_count);
   set_integer_attribute("/inputs", "rounded_count", census.rounded_count);
+}
+
+void ResultWriter::describe_comb_layout(const std::string& how_read) {
+  set_attribute("/inputs", "source_comb_layout", how_read);
 }
 
 void ResultWriter::commit() {

@@ -24,11 +24,20 @@ enum class DType { bf16, f32, f64 };
 const char* dtype_name(DType t);
 
 enum class CombLayout { src_dst, dst_src };
+const char* comb_layout_name(CombLayout layout);  // "src,dst" / "dst,src"
+
+// What decided the orientation comb was read in.
+enum class CombLayoutOrigin {
+  option,          // ReadOptions::comb_layout (--comb-layout)
+  file_attribute,  // the file's root comb_layout attribute
+  default_layout,  // neither: src,dst (SPEC §1)
+};
 
 struct ReadOptions {
-  // Orientation of comb in the file (--comb-layout). src_dst defers to the file's comb_layout attribute when it
-  // has one; dst_src always applies (a writer may have transposed comb yet declared src,dst).
-  CombLayout comb_layout = CombLayout::src_dst;
+  // Orientation of comb in the file (--comb-layout). Given, it wins over the file's comb_layout attribute in both
+  // directions (a writer may have transposed comb yet declared src,dst, or declared dst,src for a comb it did not
+  // transpose: the bug class of SPEC §1). Not given: the attribute, else src,dst.
+  std::optional<CombLayout> comb_layout;
   bool round_inputs = false;                     // allow f32/f64 data that is not exactly bf16 (--round-inputs)
   bool allow_nonfinite = false;                  // let NaN and infinities through (--allow-nonfinite); refused otherwise
 };
@@ -56,10 +65,17 @@ class InputReader {
   Inputs read_slab(int64_t s0, int64_t count, InputCensus* census = nullptr);
   // A checksum of the input datasets' contents (provenance): InputChecksum over every slab, in order.
   std::string checksum();
-  // The orientation comb was read in (the file's comb_layout attribute when it has one, else the option).
+  // The orientation comb was read in (the option when given, else the file's comb_layout attribute, else src,dst),
+  // and which of the three decided it.
   CombLayout comb_layout() const;
+  CombLayoutOrigin comb_layout_origin() const;
+  // How comb was read, for provenance and `info`: "dst,src (--comb-layout)", "dst,src (the file's comb_layout
+  // attribute)" or "src,dst (the default: the file declares no comb_layout)".
+  std::string comb_layout_text() const;
 
  private:
+  Inputs read_slab_unchecked(int64_t s0, int64_t count, InputCensus* census);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -79,6 +95,10 @@ class InputChecksum {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// The bytes of one token's inputs (x, residual, post, comb and, `with_grad`, grad_out as run holds them in memory),
+// saturating at INT64_MAX: a file may declare dims whose H·D alone exceeds 2^62.
+int64_t token_input_bytes(const Shape& shape, bool with_grad);
 
 // How many tokens make a slab of about `budget_bytes` of inputs (at least 1, at most S).
 int64_t slab_tokens_for(const Shape& shape, bool with_grad, int64_t budget_bytes);
@@ -109,6 +129,15 @@ struct Provenance {
   std::string input_checksum;
 };
 Provenance make_provenance(const Policy& policy, const std::string& device, const std::string& input_checksum);
+
+// Bytes of the files mhcdiff writes (double: a file may claim dims whose byte count overflows int64), for
+// check_output_fits before any work. inputs_bytes: x, residual and grad_out as bf16, post and comb as fp32.
+// results_bytes: that copy of the inputs, then each policy's out and, with backward, its gradients, with binary64
+// twins for fp64 and exact. Compressed, these random mantissas shrink about 1.5x, never 2x (docs/format.md), so
+// a compressed file is estimated at half.
+double inputs_bytes(const Shape& shape, bool grad, int deflate_level = 0);
+double results_bytes(const Shape& shape, bool grad_inputs, const std::vector<Policy>& policies, bool backward,
+                     int deflate_level = 0);
 
 // Writes a complete mhcdiff/1 file atomically (an AtomicOutput). Nothing appears at `path` until commit(); a writer
 // that is destroyed without commit() closes every HDF5 handle, removes its temp file and leaves any existing file
@@ -143,6 +172,9 @@ class ResultWriter {
   // The /inputs group's provenance (docs/format.md): where the inputs came from, their checksum, and what was
   // found reading them (NaN and infinities under --allow-nonfinite, values rounded under --round-inputs).
   void describe_inputs(const std::string& source_file, const std::string& checksum, const InputCensus& census);
+  // The /inputs group's source_comb_layout: how comb was read from the source (InputReader::comb_layout_text). The
+  // stored comb is src,dst either way, so this is the only record of whether it was transposed.
+  void describe_comb_layout(const std::string& how_read);
 
   void commit();
 

@@ -193,8 +193,13 @@ void tensor_object(JsonWriter& j, const TensorReport& t, const CompareReport& r)
     j.key("gate").value(g.gate);
     j.key("origin").value(g.origin);
     j.key("passed").value(g.passed);
-    j.key("measured").value(g.measured);
-    j.key("limit").value(g.limit);
+    // Count gates' numbers are JSON integers, exact to 2^64 − 1 (as doubles they would round above 2^53).
+    j.key("measured");
+    if (g.measured_whole) j.value(*g.measured_whole);
+    else j.value(g.measured);
+    j.key("limit");
+    if (g.limit_whole) j.value(*g.limit_whole);
+    else j.value(g.limit);
     j.key("index");
     index_or_null(j, t, g.where);
     j.key("summary").value(g.summary);

@@ -11,15 +11,23 @@
 
 namespace mhc::report {
 
-// 16777216 → "16,777,216".
-inline std::string count(int64_t n) {
-  const std::string digits = std::to_string(n < 0 ? -n : n);
+// 16777216 → "16,777,216"; every digit up to 2^64 − 1 (a count limit such as --max-mismatch, a ULP distance).
+inline std::string unsigned_count(uint64_t n) {
+  const std::string digits = std::to_string(n);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
   }
-  return n < 0 ? "-" + out : out;
+  return out;
+}
+
+inline std::string count(int64_t n) {
+  // The magnitude in unsigned arithmetic: -n overflows for INT64_MIN.
+  const uint64_t magnitude = n < 0 ? uint64_t{0} - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  std::string out = n < 0 ? "-" : "";
+  out += unsigned_count(magnitude);
+  return out;
 }
 
 // A metric: 4 significant digits, "inf" / "nan" spelled out.

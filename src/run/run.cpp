@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/operator_cpu.hpp"
 #include "policy/policy_file.hpp"
+#include "run/thread_count.hpp"
 
 namespace mhc::run {
 namespace {
@@ -28,8 +29,11 @@ RunSummary run_policies(const RunOptions& o) {
                                  "--policy-file",
                                  o.policies));
   const Device device = resolve_device(o.device);
-  if (o.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", o.threads));
+  require_thread_count(o.threads);
   if (o.slab_tokens < 0) throw InputError(fmt::format("--slab-tokens must be >= 0 (got {})", o.slab_tokens));
+  // Before the writer exists (its own check comes after the temp file is made), as the CLI's --compress range.
+  if (o.deflate_level < 0 || o.deflate_level > 9)
+    throw InputError(fmt::format("--compress must be 0..9 (got {})", o.deflate_level));
 
   io::InputReader reader(o.input, o.read);
   if (o.backward && !reader.has_grad())
@@ -51,9 +55,13 @@ RunSummary run_policies(const RunOptions& o) {
   summary.slab_tokens = slab;
   for (const Policy& p : policies) summary.policies.push_back({p.name, {}, 0.0});
 
-  // Constructed after every check on the inputs: a bad input never creates even a temp file.
+  // Constructed after every check on the inputs: a bad input never creates even a temp file. A file that claims
+  // huge dims (chunked datasets take no space until written) would otherwise be run for hours until the disk is
+  // full, so the results' size is checked against the output's disk first, as gen does.
   std::vector<io::SourceFile> sources = {{"input", o.input}};
   for (const std::string& f : o.policy_files) sources.push_back({"policy", f});
+  io::check_output_fits(o.output, "output",
+                        io::results_bytes(shape, reader.has_grad(), policies, o.backward, o.deflate_level), sources);
   io::ResultWriter writer(o.output, sources);
   writer.set_batch_dims(reader.batch_dims());
   writer.set_compression(o.deflate_level);
@@ -96,6 +104,7 @@ RunSummary run_policies(const RunOptions& o) {
     }
   }
   writer.describe_inputs(o.input, summary.input_checksum, summary.census);
+  writer.describe_comb_layout(reader.comb_layout_text());
   writer.commit();
   summary.seconds_total = seconds_since(t_start);
   return summary;

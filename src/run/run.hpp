@@ -20,7 +20,7 @@ struct RunOptions {
   std::vector<std::string> policy_files;  // --policy-file: user policies run after the listed ones
   std::string device = "auto";   // auto | cpu | cuda
   bool backward = false;         // needs /inputs/grad_out
-  int threads = 0;               // CPU threads, 0 = all
+  int threads = 0;               // CPU threads, 0 = all, at most kMaxThreads (run/thread_count.hpp)
   int64_t slab_tokens = 0;       // 0: about 64 MiB of inputs per slab
   int deflate_level = 0;         // 0: no compression (see docs/format.md for why that is the default)
   io::ReadOptions read;
