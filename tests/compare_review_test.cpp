@@ -178,13 +178,15 @@ TEST_F(CompareReview, GoldenTolerancesMustParseCompletely) {
     expect_input_error(run_cli(*dir, "golden check policy:fp32-seeded --golden edited.h5"), {"edited.h5", c.attribute},
                        std::string(c.attribute) + " = " + (c.value ? c.value : "(deleted)"));
   }
-  // Whole numbers however written, and inf, are limits.
-  for (const char* good : {"inf", "2e3", "12"}) {
+  // Whole numbers however written, and inf, are limits: the max-ulp gate of out states the value read.
+  for (const auto& [good, shown] : std::vector<std::pair<const char*, const char*>>{
+           {"inf", "≤ inf allowed"}, {"2e3", "≤ 2000 allowed"}, {"12", "≤ 12 allowed"}}) {
     std::filesystem::copy_file(dir->file("golden.h5"), dir->file("edited.h5"),
                                std::filesystem::copy_options::overwrite_existing);
     set_root_string_attribute(dir->file("edited.h5"), "golden_tolerance.out.max_ulp", good);
     const CliResult r = run_cli(*dir, "golden check policy:fp32-seeded --golden edited.h5");
     EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << good << "\n" << r.err;
+    EXPECT_NE(r.out.find(shown), std::string::npos) << good << "\n" << r.out;
   }
 }
 

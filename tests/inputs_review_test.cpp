@@ -163,6 +163,10 @@ TEST_F(InputsReview, EveryCommandThatReadsInputsHonoursAnExplicitSrcDst) {
   ASSERT_EQ(run_cli(dir, "run labelled.h5 -o ref.h5 --policies fp32-seeded").exit_code, 0);
   const CliResult run = run_cli(dir, "run mislabelled.h5 -o res.h5 --policies fp32-seeded" + opt);
   ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Read as told, with a warning that the option contradicts the file (a script spelling out the old default).
+  EXPECT_NE(run.err.find("overrides the file's comb_layout attribute \"dst,src\""), std::string::npos) << run.err;
+  EXPECT_EQ(run_cli(dir, "run labelled.h5 -o same.h5 --policies fp32-seeded" + opt).err.find("overrides"),
+            std::string::npos);
   EXPECT_EQ(read_comb(dir.file("res.h5")), r.comb);
   EXPECT_EQ(attribute(dir.file("res.h5"), "/inputs", "input_checksum"),
             attribute(dir.file("ref.h5"), "/inputs", "input_checksum"));

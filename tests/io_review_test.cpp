@@ -12,6 +12,8 @@
 #include <functional>
 #include <sstream>
 
+#include "io/hdf5_util.hpp"
+#include "io/store.hpp"
 #include "io_test_util.hpp"
 
 namespace mhc {
@@ -146,6 +148,53 @@ TEST_F(IoReview, DataStoredOutsideTheFileIsRefusedWithoutBlocking) {
 
 // Dimensions whose product exceeds 2^63 wrapped around: batch dims [2^62+1, 4] made S = 4, and `run` "succeeded"
 // on 4 tokens of a tensor claiming 2^64+4, writing results with the claimed dims; compare read 4 rows of it.
+// A stale link beside the results groups (a removed policy's soft link, an external link to an archive) made every
+// command that lists /results refuse the whole file; it is left out now, and refused only where it is asked for.
+TEST_F(IoReview, AStaleLinkBesideTheResultsGroupsIsRefusedOnlyWhereNamed) {
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf,fp32-seeded").exit_code, 0);
+  std::filesystem::copy_file(dir.file("res.h5"), dir.file("stale.h5"));
+  {
+    const hid_t f = H5Fopen(dir.file("stale.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lcreate_soft("/results/removed", f, "/results/zz-old", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_external("archive.h5", "/results/x", f, "/results/zz-archived", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  for (const char* args : {"compare stale.h5:hf stale.h5:fp32-seeded", "compare stale.h5:/results/hf-bf16 res.h5:hf",
+                           "fingerprint good.h5 stale.h5:hf", "info stale.h5"}) {
+    const CliResult r = run_bounded(dir, args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  }
+  expect_refused("compare stale.h5:zz-old res.h5:hf", {"stale.h5", "/results/zz-old", "/results/removed"});
+  expect_refused("compare stale.h5:/results/zz-archived res.h5:hf", {"/results/zz-archived", "external link"});
+}
+
+// Refusing external links is a property of mhcdiff's own lookups, not of the process: a program linking the library
+// still follows them with HDF5's defaults after mhcdiff has read a file.
+TEST_F(IoReview, ExternalLinksStayFollowedForTheProcesssOwnHdf5Use) {
+  write_inputs(dir.file("target.h5"), inputs);
+  {
+    const hid_t f = H5Fcreate(dir.file("linker.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Lcreate_external(dir.file("target.h5").c_str(), "/inputs/x", f, "x", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  const io::InputReader reader(dir.file("good.h5"), {});  // mhcdiff's lookups, with external links refused
+  EXPECT_EQ(reader.shape().S, 4);
+  const hid_t f = H5Fopen(dir.file("linker.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t ds = H5Dopen2(f, "x", H5P_DEFAULT);
+  EXPECT_GE(ds, 0) << "HDF5's default traversal of external links was changed for the whole process";
+  if (ds >= 0) H5Dclose(ds);
+  H5Fclose(f);
+}
+
+// A zero dim made any other dims pass, though callers multiply subsets of them (the rows before the last dims).
+TEST(IoReviewCounts, ElementCountsCheckTheNonZeroDimsToo) {
+  EXPECT_EQ(io::detail::element_count({hsize_t(1) << 62, 8, 0}), std::nullopt);
+  EXPECT_EQ(io::detail::element_count({hsize_t(1) << 40, 0, 16}), std::optional<int64_t>(0));
+  EXPECT_EQ(io::detail::element_count({3, 4, 5}), std::optional<int64_t>(60));
+}
+
 TEST_F(IoReview, ElementCountsBeyondInt64AreRefused) {
   const hsize_t huge = (hsize_t{1} << 62) + 1;
   {

@@ -92,6 +92,8 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
     if (f.exists("/out")) return "/";
   } else if (g.rfind("/results/", 0) == 0 && has_group(g.substr(9))) {
     return g;
+  } else if (g.rfind("/results/", 0) == 0) {
+    io::find_results_group(f, g.substr(9));  // InputError when the group is a link that leads nowhere
   } else if (g.front() != '/') {
     if (auto found = io::find_results_group(f, g)) return *found;
   }

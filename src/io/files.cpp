@@ -182,7 +182,8 @@ std::filesystem::path check_output_fits(const std::string& path, const std::stri
   const fs::path target = check_output(path, what, sources).target;
   std::error_code ec;
   const fs::space_info space = fs::space(target.parent_path(), ec);
-  if (!ec && bytes > double(space.available))
+  // A filesystem that reports no capacity (some FUSE, NFS or quota mounts) says nothing about free space either.
+  if (!ec && space.capacity > 0 && bytes > double(space.available))
     throw InputError(fmt::format("cannot write the {} {}: it would take about {:.3g} GB, but its filesystem ({}) has "
                                  "{:.3g} GB free",
                                  what, path, bytes / 1e9, target.parent_path().string(),

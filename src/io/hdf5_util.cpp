@@ -13,29 +13,40 @@
 
 namespace mhc::io::detail {
 
+void silence_hdf5_errors() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
 namespace {
 
-// The external-link class that replaces HDF5's own (same id): traversal fails, so no lookup or iteration can open
-// the file a link names; the query answers with the link's stored value, which H5Lunpack_elink_val decodes.
-hid_t refuse_external_traversal(const char*, hid_t, const void*, size_t, hid_t, hid_t) { return H5I_INVALID_HID; }
+herr_t refuse_external_traversal(const char*, const char*, const char*, const char*, unsigned*, hid_t, void*) {
+  return -1;
+}
 
-ssize_t external_link_value(const char*, const void* value, size_t size, void* buf, size_t buf_size) {
-  if (buf) std::memcpy(buf, value, std::min(size, buf_size));
-  return static_cast<ssize_t>(size);
+// A property list of `cls` with the refusing callback, made once per process.
+hid_t refusing_list(hid_t cls) {
+  const hid_t list = H5Pcreate(cls);
+  if (list < 0 || H5Pset_elink_cb(list, refuse_external_traversal, nullptr) < 0)
+    throw InputError("the HDF5 library could not be set up to refuse external links");
+  return list;
 }
 
 }  // namespace
 
-void silence_hdf5_errors() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    static const H5L_class_t refused_external_links = {
-        H5L_LINK_CLASS_T_VERS, H5L_TYPE_EXTERNAL, "external link (not followed by mhcdiff)", nullptr, nullptr,
-        nullptr, refuse_external_traversal, nullptr, external_link_value};
-    if (H5Lregister(&refused_external_links) < 0)
-      throw std::runtime_error("could not stop HDF5 from following external links");
-  });
+hid_t local_links() {
+  static const hid_t list = refusing_list(H5P_LINK_ACCESS);  // never closed: HDF5 releases it at exit
+  return list;
+}
+
+hid_t local_dataset_access() {
+  static const hid_t list = refusing_list(H5P_DATASET_ACCESS);  // never closed: HDF5 releases it at exit
+  return list;
+}
+
+hid_t local_group_access() {
+  static const hid_t list = refusing_list(H5P_GROUP_ACCESS);  // never closed: HDF5 releases it at exit
+  return list;
 }
 
 namespace {
@@ -91,14 +102,14 @@ Handle open_file_read_only(const std::string& path) {
 
 std::optional<std::string> external_link_target(hid_t location, const std::string& path) {
   H5L_info_t link;
-  if (H5Lget_info(location, path.c_str(), &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_EXTERNAL)
+  if (H5Lget_info(location, path.c_str(), &link, local_links()) < 0 || link.type != H5L_TYPE_EXTERNAL)
     return std::nullopt;
   std::vector<char> value(link.u.val_size + 1, '\0');
   const char* file = nullptr;
   const char* object = nullptr;
   unsigned flags = 0;
   std::string target = "another file";
-  if (H5Lget_val(location, path.c_str(), value.data(), value.size(), H5P_DEFAULT) >= 0 &&
+  if (H5Lget_val(location, path.c_str(), value.data(), value.size(), local_links()) >= 0 &&
       H5Lunpack_elink_val(value.data(), link.u.val_size, &flags, &file, &object) >= 0 && file && object)
     target = fmt::format("{}:{}", file, object);
   return fmt::format("an external link to {}, which mhcdiff does not follow (it reads only data stored in the file "
@@ -135,14 +146,20 @@ std::optional<std::string> stored_outside_file(hid_t dataset) {
 
 std::optional<int64_t> element_count(const std::vector<hsize_t>& dims) {
   constexpr hsize_t kMax = hsize_t(std::numeric_limits<int64_t>::max());
-  if (std::any_of(dims.begin(), dims.end(), [](hsize_t d) { return d > kMax; })) return std::nullopt;
-  if (std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end()) return 0;
+  // The product of the non-zero dims must fit too: callers multiply subsets of the dims (rows, S), so a zero
+  // elsewhere does not make [2^62, 8, 0] safe.
   hsize_t n = 1;
+  bool empty = false;
   for (hsize_t d : dims) {
+    if (d > kMax) return std::nullopt;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
     if (n > kMax / d) return std::nullopt;
     n *= d;
   }
-  return int64_t(n);
+  return empty ? 0 : int64_t(n);
 }
 
 Handle make_bf16_type() {
@@ -316,7 +333,7 @@ bool link_exists(hid_t file, const std::string& path) {
   while (pos < path.size()) {
     size_t next = path.find('/', pos + 1);
     partial = path.substr(0, next);
-    if (partial != "/" && !partial.empty() && H5Lexists(file, partial.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (partial != "/" && !partial.empty() && H5Lexists(file, partial.c_str(), local_links()) <= 0) return false;
     if (next == std::string::npos) break;
     pos = next;
   }

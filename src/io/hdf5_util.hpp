@@ -42,9 +42,15 @@ class Handle {
   hid_t id_ = H5I_INVALID_HID;
 };
 
-// HDF5 prints its own error stack to stderr by default; we report one sentence instead (SPEC §4). Also makes
-// HDF5 refuse to follow external links in this process (see external_link_target).
+// HDF5 prints its own error stack to stderr by default; we report one sentence instead (SPEC §4).
 void silence_hdf5_errors();
+
+// Access property lists under which HDF5 refuses to traverse an external link (an H5Pset_elink_cb callback that
+// fails): every lookup mhcdiff makes in a file it reads passes one, so no lookup, open or listing can open the file
+// a link names (see external_link_target), while the process's other HDF5 use keeps HDF5's defaults.
+hid_t local_links();           // link access: H5Lexists, H5Lget_info/val, H5Oget_info_by_name, H5Oopen
+hid_t local_dataset_access();  // H5Dopen2
+hid_t local_group_access();    // H5Gopen2
 
 // Why the HDF5 call that just failed failed, from HDF5's error stack (call it before any other HDF5 call): the
 // system's reason when a read or write failed ("no space left on device", "file too large"), a filter this HDF5

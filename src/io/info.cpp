@@ -29,7 +29,7 @@ std::string human_bytes(double b) {
 }
 
 void describe_dataset(Walk& w, const std::string& path, const std::string& name) {
-  Handle ds(H5Dopen2(w.file, path.c_str(), H5P_DEFAULT));
+  Handle ds(H5Dopen2(w.file, path.c_str(), detail::local_dataset_access()));
   if (!ds.valid()) {
     w.text += fmt::format("  {:<20} (unreadable)\n", name);
     return;
@@ -78,12 +78,12 @@ struct Children {
 herr_t sort_child(hid_t group, const char* name, const H5L_info_t* link, void* data) {
   auto* c = static_cast<Children*>(data);
   H5O_info_t info;
-  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, detail::local_links()) < 0) {
     if (auto external = detail::external_link_target(group, name)) {
       c->unfollowed.emplace_back(name, external->substr(0, external->find(',')) + " (not followed)");
     } else {
       std::vector<char> target(link->type == H5L_TYPE_SOFT ? link->u.val_size + 1 : 1, '\0');
-      H5Lget_val(group, name, target.data(), target.size(), H5P_DEFAULT);
+      H5Lget_val(group, name, target.data(), target.size(), detail::local_links());
       c->unfollowed.emplace_back(name, fmt::format("a link to {}, which does not exist",
                                                    target[0] ? target.data() : "an object that cannot be opened"));
     }
@@ -95,7 +95,7 @@ herr_t sort_child(hid_t group, const char* name, const H5L_info_t* link, void* d
 }
 
 void describe_group(Walk& w, const std::string& path) {
-  Handle g(H5Gopen2(w.file, path.c_str(), H5P_DEFAULT));
+  Handle g(H5Gopen2(w.file, path.c_str(), detail::local_group_access()));
   if (!g.valid()) return;
   Children c;
   hsize_t idx = 0;

@@ -1,6 +1,7 @@
 // InputReader: validates the /inputs group of an mhcdiff/1 file (or a PyTorch user's dump) once, then reads
 // it by slabs of tokens, converting every accepted storage form to the operator's canonical types.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <bit>
 #include <boost/crc.hpp>
@@ -126,14 +127,14 @@ struct InputReader::Impl {
     t.name = name;
     t.slot = slot;
     const std::string ds = std::string("/inputs/") + name;
-    if (H5Lexists(file.get(), ds.c_str(), H5P_DEFAULT) <= 0) {
+    if (H5Lexists(file.get(), ds.c_str(), detail::local_links()) <= 0) {
       if (!required) return;
       fail(fmt::format("missing dataset {} (an mhcdiff/1 input file has /inputs/x, /inputs/residual, /inputs/post, "
                        "/inputs/comb and optionally /inputs/grad_out)",
                        ds));
     }
     if (auto link = detail::external_link_target(file.get(), ds)) fail(fmt::format("{} is {}", ds, *link));
-    t.dataset = Handle(H5Dopen2(file.get(), ds.c_str(), H5P_DEFAULT));
+    t.dataset = Handle(H5Dopen2(file.get(), ds.c_str(), detail::local_dataset_access()));
     if (!t.dataset.valid()) fail(fmt::format("{} is not a readable dataset", ds));
     if (auto outside = detail::stored_outside_file(t.dataset.get()))
       fail(fmt::format("dataset {} is {}", ds, *outside));
@@ -193,7 +194,7 @@ struct InputReader::Impl {
     const auto fmt_attr = root_string_attribute("format", "\"mhcdiff/1\"");
     if (fmt_attr && *fmt_attr != "mhcdiff/1")
       fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *fmt_attr));
-    if (H5Lexists(file.get(), "/inputs", H5P_DEFAULT) <= 0)
+    if (H5Lexists(file.get(), "/inputs", detail::local_links()) <= 0)
       fail("no /inputs group (expected /inputs/x, /inputs/residual, /inputs/post, /inputs/comb)");
     if (auto link = detail::external_link_target(file.get(), "/inputs")) fail(fmt::format("/inputs is {}", *link));
 
@@ -246,6 +247,10 @@ struct InputReader::Impl {
     if (options.comb_layout) {
       layout = *options.comb_layout;
       layout_origin = CombLayoutOrigin::option;
+      // Scripts that spelled out the old default (src,dst) would now read a correctly labelled file transposed.
+      if (declared && *declared != layout)
+        spdlog::warn("{}: --comb-layout {} overrides the file's comb_layout attribute \"{}\": comb is read as {}", path,
+                     comb_layout_name(layout), comb_layout_name(*declared), comb_layout_name(layout));
     } else if (declared) {
       layout = *declared;
       layout_origin = CombLayoutOrigin::file_attribute;

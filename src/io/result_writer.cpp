@@ -173,7 +173,8 @@ struct ResultWriter::Impl {
       row_elems *= e;
     }
     const int64_t elem_size = dtype == DType::bf16 ? 2 : dtype == DType::f32 ? 4 : 8;
-    // Chunks are whole token rows: a slab read or write touches whole chunks (except at slab edges).
+    // Chunks are whole token rows where a row fits one HDF5 chunk (below 4 GiB; larger rows are split below): a
+    // slab read or write touches whole chunks (except at slab edges).
     std::vector<hsize_t> chunk(dims.size(), 1);
     const size_t token_axis = batch.size() - 1;
     int64_t row_bytes = 0;

@@ -199,7 +199,10 @@ class TensorFile {
   TensorFile& operator=(TensorFile&&) noexcept;
 
   const std::string& path() const;
-  std::vector<std::string> policies() const;                           // names under /results
+  // Names under /results. A group link that leads nowhere or out of the file is left out (an unrelated stale
+  // link must not make the file unusable); unusable_policies() says what each such one is.
+  std::vector<std::string> policies() const;
+  std::vector<std::pair<std::string, std::string>> unusable_policies() const;  // name, "is a link to …"
   std::vector<std::string> datasets(const std::string& group) const;   // dataset names in a group
   bool exists(const std::string& dataset) const;  // InputError when it is an external link (never followed)
   TensorInfo info(const std::string& dataset) const;
@@ -214,9 +217,11 @@ class TensorFile {
   void read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const;
 
  private:
-  // Names of the objects of HDF5 type `type` (an H5O_type_t) in `group`; InputError for a link that leads nowhere
-  // or out of the file, which a listing would otherwise drop silently.
-  std::vector<std::string> children(const std::string& group, int type) const;
+  // Names of the objects of HDF5 type `type` (an H5O_type_t) in `group`. A link that leads nowhere or out of the
+  // file is an InputError (a listing would otherwise drop a tensor silently), unless `unusable` is given: it then
+  // receives (name, what it is) and the link is left out.
+  std::vector<std::string> children(const std::string& group, int type,
+                                    std::vector<std::pair<std::string, std::string>>* unusable = nullptr) const;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -224,7 +229,8 @@ class TensorFile {
 
 // The results group "/results/<group>" that NAME (as in file.h5:NAME) designates in `file`: the group NAME, or the
 // group of the built-in policy NAME is an alias of (":hf" finds /results/hf-bf16). std::nullopt when neither is
-// there. compare and the investigation commands (fingerprint, extract) resolve NAME with it alike.
+// there; InputError when the group it names is a link that leads nowhere or out of the file. compare and the
+// investigation commands (fingerprint, extract) resolve NAME with it alike.
 std::optional<std::string> find_results_group(const TensorFile& file, const std::string& name);
 
 }  // namespace mhc::io

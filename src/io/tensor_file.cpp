@@ -38,7 +38,7 @@ struct TensorFile::Impl {
   Handle open_dataset(const std::string& name) const {
     if (!detail::link_exists(file.get(), name)) fail(fmt::format("missing dataset {}", name));
     if (auto link = detail::external_link_target(file.get(), name)) fail(fmt::format("{} is {}", name, *link));
-    Handle ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT));
+    Handle ds(H5Dopen2(file.get(), name.c_str(), detail::local_dataset_access()));
     if (!ds.valid()) fail(fmt::format("{} is not a dataset", name));
     if (auto outside = detail::stored_outside_file(ds.get())) fail(fmt::format("dataset {} is {}", name, *outside));
     if (const auto dims = detail::dataset_dims(ds.get()); !detail::element_count(dims))
@@ -73,8 +73,8 @@ TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()
   if (format && *format != "mhcdiff/1")
     impl_->fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *format));
   // A PyTorch user's dump may lack the root attributes; its groups say what it is.
-  if (!format && H5Lexists(impl_->file.get(), "/inputs", H5P_DEFAULT) <= 0 &&
-      H5Lexists(impl_->file.get(), "/results", H5P_DEFAULT) <= 0)
+  if (!format && H5Lexists(impl_->file.get(), "/inputs", detail::local_links()) <= 0 &&
+      H5Lexists(impl_->file.get(), "/results", detail::local_links()) <= 0)
     impl_->fail("not an mhcdiff/1 file (no format attribute, no /inputs or /results group)");
 }
 
@@ -89,46 +89,58 @@ namespace {
 struct ChildList {
   std::vector<std::string> names;
   H5O_type_t want;
-  std::string broken;  // the first link that leads nowhere: "out is a soft link to /gone, which does not exist"
+  std::vector<std::pair<std::string, std::string>> unusable;  // ("out", "a link to /gone, which does not exist")
 };
 
 herr_t collect_child(hid_t group, const char* name, const H5L_info_t* link, void* data) {
   auto* list = static_cast<ChildList*>(data);
   H5O_info_t info;
-  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0) {
+  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, detail::local_links()) >= 0) {
     if (info.type == list->want) list->names.emplace_back(name);
     return 0;
   }
-  // Skipping it would drop a tensor silently (a policy side adapts to the tensors a file side holds).
-  if (list->broken.empty()) {
-    if (auto external = detail::external_link_target(group, name)) {
-      list->broken = fmt::format("{} is {}", name, *external);
-    } else {
-      std::vector<char> target(link->type == H5L_TYPE_SOFT ? link->u.val_size + 1 : 1, '\0');
-      H5Lget_val(group, name, target.data(), target.size(), H5P_DEFAULT);
-      list->broken = fmt::format("{} is a link to {}, which does not exist", name,
-                                 target[0] ? target.data() : "an object that cannot be opened");
-    }
+  if (auto external = detail::external_link_target(group, name)) {
+    list->unusable.emplace_back(name, *external);
+  } else {
+    std::vector<char> target(link->type == H5L_TYPE_SOFT ? link->u.val_size + 1 : 1, '\0');
+    H5Lget_val(group, name, target.data(), target.size(), detail::local_links());
+    list->unusable.emplace_back(name, fmt::format("a link to {}, which does not exist",
+                                                  target[0] ? target.data() : "an object that cannot be opened"));
   }
   return 0;
 }
 
 }  // namespace
 
-std::vector<std::string> TensorFile::children(const std::string& group, int type) const {
+std::vector<std::string> TensorFile::children(const std::string& group, int type,
+                                              std::vector<std::pair<std::string, std::string>>* unusable) const {
   ChildList list{{}, H5O_type_t(type), {}};
   if (!detail::link_exists(impl_->file.get(), group)) return {};
   if (auto link = detail::external_link_target(impl_->file.get(), group)) impl_->fail(fmt::format("{} is {}", group, *link));
-  Handle g(H5Gopen2(impl_->file.get(), group.c_str(), H5P_DEFAULT));
+  Handle g(H5Gopen2(impl_->file.get(), group.c_str(), detail::local_group_access()));
   if (!g.valid()) return {};
   hsize_t idx = 0;
   // Creation order is not tracked by default; name order is stable and readable.
   H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_child, &list);
-  if (!list.broken.empty()) impl_->fail(fmt::format("{}/{}", group == "/" ? "" : group, list.broken));
+  if (unusable) {
+    *unusable = std::move(list.unusable);
+  } else if (!list.unusable.empty()) {
+    const auto& [name, what] = list.unusable.front();
+    impl_->fail(fmt::format("{}/{} is {}", group == "/" ? "" : group, name, what));
+  }
   return list.names;
 }
 
-std::vector<std::string> TensorFile::policies() const { return children("/results", H5O_TYPE_GROUP); }
+std::vector<std::string> TensorFile::policies() const {
+  std::vector<std::pair<std::string, std::string>> unusable;
+  return children("/results", H5O_TYPE_GROUP, &unusable);
+}
+
+std::vector<std::pair<std::string, std::string>> TensorFile::unusable_policies() const {
+  std::vector<std::pair<std::string, std::string>> unusable;
+  children("/results", H5O_TYPE_GROUP, &unusable);
+  return unusable;
+}
 
 std::vector<std::string> TensorFile::datasets(const std::string& group) const {
   return children(group, H5O_TYPE_DATASET);
@@ -139,7 +151,7 @@ bool TensorFile::exists(const std::string& dataset) const {
   if (auto link = detail::external_link_target(impl_->file.get(), dataset))
     impl_->fail(fmt::format("{} is {}", dataset, *link));
   H5O_info_t info;
-  return H5Oget_info_by_name2(impl_->file.get(), dataset.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 &&
+  return H5Oget_info_by_name2(impl_->file.get(), dataset.c_str(), &info, H5O_INFO_BASIC, detail::local_links()) >= 0 &&
          info.type == H5O_TYPE_DATASET;
 }
 
@@ -160,7 +172,7 @@ TensorInfo TensorFile::info(const std::string& dataset) const {
 std::vector<std::pair<std::string, std::string>> TensorFile::attributes(const std::string& object) const {
   if (object != "/" && !detail::link_exists(impl_->file.get(), object))
     impl_->fail(fmt::format("no object {}", object));
-  Handle o(H5Oopen(impl_->file.get(), object.c_str(), H5P_DEFAULT));
+  Handle o(H5Oopen(impl_->file.get(), object.c_str(), detail::local_links()));
   if (!o.valid()) impl_->fail(fmt::format("cannot open {}", object));
   return detail::attributes_as_text(o.get());
 }
@@ -226,12 +238,16 @@ void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t cou
 std::optional<std::string> find_results_group(const TensorFile& file, const std::string& name) {
   const std::vector<std::string> groups = file.policies();
   auto has_group = [&](const std::string& g) { return std::find(groups.begin(), groups.end(), g) != groups.end(); };
-  if (has_group(name)) return "/results/" + name;
-  try {  // an alias such as ":hf" for the group hf-bf16
-    const Policy& p = find_policy(name);
-    if (has_group(p.name)) return "/results/" + p.name;
+  std::string alias;  // the group of the built-in policy NAME names (":hf" → hf-bf16)
+  try {
+    alias = find_policy(name).name;
   } catch (const std::invalid_argument&) {
   }
+  if (has_group(name)) return "/results/" + name;
+  if (!alias.empty() && has_group(alias)) return "/results/" + alias;
+  for (const auto& [group, what] : file.unusable_policies())
+    if (group == name || group == alias)
+      throw InputError(fmt::format("{}: /results/{} is {}", file.path(), group, what));
   return std::nullopt;
 }
 

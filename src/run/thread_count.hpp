@@ -1,5 +1,6 @@
 #pragma once
-// The one rule for a CPU thread count, used by the library entry points that take one (run, fingerprint, extract)
+// The one rule for a CPU thread count, used by the library entry points that take one (run, compare, golden regen,
+// fingerprint, extract, the CPU bench)
 // and by every command's --threads check (apps/mhcdiff/commands.hpp), so a library caller cannot ask for what the
 // CLI refuses (docs/decisions.md, "Command lines").
 #include <fmt/format.h>

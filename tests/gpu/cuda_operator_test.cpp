@@ -375,6 +375,7 @@ TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
 TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
   SKIP_WITHOUT_GPU();
   const Policy exact = find_policy("exact");
+  const bool requested_before = cuda::forward_prefetch_requested();
   for (const int H : {4, 2, 1})
     for (const int64_t D : {4096, 1032, 136}) {
       if (H != 4 && D == 1032) continue;
@@ -402,7 +403,7 @@ TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
         expect_identical(gpu.out, cpu.out, fmt::format("{}, H={} D={} out", variant, H, D));
       }
     }
-  EXPECT_FALSE(cuda::forward_prefetch_requested());  // the switch is restored
+  EXPECT_EQ(cuda::forward_prefetch_requested(), requested_before);  // the switch is restored
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware
