@@ -111,8 +111,9 @@ TEST_F(CompareReview, FlattenedBatchDimsCompareAndReorderedOnesAreRefused) {
     std::vector<hsize_t> dims;
     bool accepted;
   };
-  const Case cases[] = {{{8, 4, 16}, true}, {{1, 8, 4, 16}, true}, {{2, 1, 4, 4, 16}, true}, {{2, 4, 4, 16}, true},
-                        {{4, 2, 4, 16}, false}};
+  const Case cases[] = {{{8, 4, 16}, true},          {{1, 8, 4, 16}, true}, {{2, 1, 4, 4, 16}, true},
+                        {{2, 4, 4, 16}, true},       {{2, 2, 2, 4, 16}, true},  // [2,4] with its 4 split: same order
+                        {{4, 2, 4, 16}, false},      {{2, 2, 2, 2, 4, 16}, false}};
   for (const Case& c : cases) {
     write_out_dump(dir->file("dump.h5"), c.dims, bits);
     std::string shown = "[";

@@ -256,6 +256,14 @@ TEST_F(InputsReview, CandidatesMayKeepOrFlattenTheInputsBatchDims) {
   }
   RawFile(dir.file("other.h5")).bf16("/results/c/out", {4, 2, 4, 16}, out);
   expect_refused("fingerprint in.h5 other.h5", {"[4,2,4,16]", "[2,4,4,16]", "[8,4,16]"});
+  // The other way round, as compare accepts it: flat inputs (a dump's x [8,16]) and a candidate keeping batch dims.
+  write_inputs(dir.file("flat_in.h5"), in);
+  ASSERT_EQ(run_cli(dir, "run flat_in.h5 -o flat_res.h5 --policies fp32-seeded").exit_code, 0);
+  io::TensorFile(dir.file("flat_res.h5")).read_bf16("/results/fp32-seeded/out", 0, int64_t(out.size()), out.data());
+  RawFile(dir.file("batched.h5")).bf16("/results/c/out", {2, 4, 4, 16}, out);
+  const CliResult fp = run_cli(dir, "fingerprint flat_in.h5 batched.h5");
+  EXPECT_EQ(fp.exit_code, 0) << fp.err;
+  EXPECT_NE(fp.out.find("BIT-EXACT MATCH: fp32-seeded\n"), std::string::npos) << fp.out;
 }
 
 // ---- 3. run's results and the free disk ------------------------------------------------------------------------

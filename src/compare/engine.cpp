@@ -241,22 +241,16 @@ Geometry geometry_of(const Side& s, const std::string& name, const std::optional
   return g;
 }
 
-// The leading (token) dims without axes of length 1, which do not change the order of the tokens.
-std::vector<int64_t> squeezed_token_dims(const Geometry& g) {
-  std::vector<int64_t> v;
-  for (size_t i = 0; i + g.trailing.size() < g.dims.size(); ++i)
-    if (g.dims[i] != 1) v.push_back(g.dims[i]);
-  return v;
+// The leading (token) dims.
+std::vector<int64_t> token_dims_of(const Geometry& g) {
+  return std::vector<int64_t>(g.dims.begin(), g.dims.end() - long(g.trailing.size()));
 }
 
 // Two stores of one tensor hold the same logical tensor when one token's dims are equal and the tokens are the
-// same sequence: equal leading dims (axes of length 1 aside), or one side stores them flattened into a single
-// token axis (docs/format.md: leading batch dims flatten into S, so [B,S,H,D] and [B·S,H,D] are the same tensor).
-// Equal element counts are not enough: [8,2,32] is not [8,4,16], and [4,2,H,D] is not [2,4,H,D].
+// same sequence (io::same_token_layout: [B,S,H,D] and [B·S,H,D] are the same tensor). Equal element counts are not
+// enough: [8,2,32] is not [8,4,16], and [4,2,H,D] is not [2,4,H,D].
 bool same_logical_shape(const Geometry& a, const Geometry& b) {
-  if (a.trailing != b.trailing || a.rows != b.rows) return false;
-  const std::vector<int64_t> la = squeezed_token_dims(a), lb = squeezed_token_dims(b);
-  return la == lb || la.size() <= 1 || lb.size() <= 1;
+  return a.trailing == b.trailing && a.rows == b.rows && io::same_token_layout(token_dims_of(a), token_dims_of(b));
 }
 
 // The H and D a tensor's element dims imply (-1 where it says nothing about one of them).

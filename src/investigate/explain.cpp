@@ -91,7 +91,7 @@ PolicyTrace trace_rounded(const Policy& policy, const ElementInputs& in) {
   for (TraceStep& s : scope.ctx.steps) t.steps.push_back(std::move(s));
   t.out = round_to_bf16_rne(v.v);
   const double out = bf16_to_float(t.out);
-  t.steps.push_back({"out", "RNb(" + v.label() + ")", "bf16", out, double(v.v) - out});
+  t.steps.push_back({"out", "RNb(" + v.label() + ")", "bf16", out, std::isfinite(double(v.v)) ? double(v.v) - out : 0.0});
   if constexpr (sizeof(F) == 8) {
     t.has_f64 = true;
     t.out_f64 = v.v;
@@ -120,7 +120,10 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
   e.exact_bf16 = exact.bf16();
   double magnitude = 0.0;
   for (double t : e.terms) magnitude += std::fabs(t);
-  e.kappa = e.exact_rn64 == 0.0 ? std::numeric_limits<double>::infinity() : magnitude / std::fabs(e.exact_rn64);
+  // κ is undefined for non-finite terms (inf / inf): a plain NaN, so the text reads "nan", not x86's "-nan".
+  e.kappa = !std::isfinite(e.exact_rn64) ? std::numeric_limits<double>::quiet_NaN()
+            : e.exact_rn64 == 0.0       ? std::numeric_limits<double>::infinity()
+                                        : magnitude / std::fabs(e.exact_rn64);
 
   const double ulp = bf16_ulp(e.exact_rn64);
   for (const Policy& p : policies) {
@@ -133,15 +136,20 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
         t.steps.push_back({"t", "p·x + Σ c_k·r_k  (exact, every product exact in binary64)", "exact", e.exact_rn64, 0.0});
         t.out = e.exact_bf16;
         t.steps.push_back({"out", "RNb(t)  (rounded once from the exact value)", "bf16", double(bf16_to_float(t.out)),
-                           e.exact_rn64 + exact_lo - double(bf16_to_float(t.out))});
+                           std::isfinite(e.exact_rn64) ? e.exact_rn64 + exact_lo - double(bf16_to_float(t.out)) : 0.0});
         t.has_f64 = true;
         t.out_f64 = e.exact_rn64;
         break;
       }
     }
     const double y = bf16_to_float(t.out);
-    t.error_ulps = std::fabs((y - e.exact_rn64) - exact_lo) / ulp;
     t.correctly_rounded = t.out == e.exact_bf16 || (bf16_is_nan(t.out) && bf16_is_nan(e.exact_bf16));
+    // Against a non-finite value (or giving one) an error is 0 when the bits agree, else infinitely many ULP (as
+    // compare counts NaN and Inf, SPEC §5); inf − inf would say NaN.
+    if (!std::isfinite(y) || !std::isfinite(e.exact_rn64))
+      t.error_ulps = t.correctly_rounded ? 0.0 : std::numeric_limits<double>::infinity();
+    else
+      t.error_ulps = std::fabs((y - e.exact_rn64) - exact_lo) / ulp;
     e.policies.push_back(std::move(t));
   }
   return e;

@@ -1,6 +1,7 @@
 #include "investigate/extract.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,31 @@ std::string group_name(const OutSource& src, const char* fallback) {
   std::replace(n.begin(), n.end(), '/', '_');
   while (!n.empty() && n.front() == '_') n.erase(n.begin());
   return n.empty() || n == "out" ? fallback : n;
+}
+
+// What a file side's results group says about itself: its provenance attributes and whether it holds the binary64
+// twin of `out` (fp64 and exact results do). A repro keeps both, so that its groups are what the original's were:
+// `compare` takes a group whose policy_description says accumulator=exact as the truth, and measures against
+// its out_f64 (docs/investigate.md).
+struct FileSideRecord {
+  std::vector<std::pair<std::string, std::string>> provenance;  // the attributes `run` writes, as found
+  std::string out_f64;                                          // the twin dataset, "" when there is none
+};
+
+FileSideRecord file_side_record(const OutSource& src) {
+  FileSideRecord rec;
+  if (src.is_policy) return rec;
+  const size_t slash = src.dataset.rfind('/');
+  if (slash == 0 || slash == std::string::npos) return rec;  // a bare /out: the root holds no results provenance
+  const std::string group = src.dataset.substr(0, slash);
+  const io::TensorFile file(src.path);
+  for (const auto& [key, value] : file.attributes(group))
+    for (const char* kept : {"models", "tool_version", "policy_description", "device", "host", "utc_time"})
+      if (key == kept) rec.provenance.emplace_back(key, value);
+  const std::string twin = src.dataset + "_f64";
+  if (src.dataset.substr(slash + 1) == "out" && file.exists(twin) && file.info(twin).dims == file.info(src.dataset).dims)
+    rec.out_f64 = twin;
+  return rec;
 }
 
 void append_token(Inputs& dst, const Inputs& t) {
@@ -93,11 +119,13 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   Inputs repro;
   repro.shape = {int64_t(tokens.size()), shape.H, shape.D};
   PolicyResult cand_out, ref_out;
+  const FileSideRecord cand_record = file_side_record(candidate), ref_record = file_side_record(reference);
   io::InputCensus census;
   for (int64_t s : tokens) {
     const Inputs one = reader.read_slab(s, 1, &census);
     append_token(repro, one);
-    for (auto [src, result] : {std::pair{&candidate, &cand_out}, std::pair{&reference, &ref_out}}) {
+    for (auto [src, result, record] : {std::tuple{&candidate, &cand_out, &cand_record},
+                                       std::tuple{&reference, &ref_out, &ref_record}}) {
       if (src->is_policy && stores_f64(src->policy.desc)) {
         // fp64/exact result groups carry their binary64 copy too, as `run` writes them.
         const PolicyResult r = run_policy_cpu(src->policy.desc, one.view(), false, {.threads = options.threads});
@@ -106,6 +134,11 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
       } else {
         const auto o = read_out_slab(*src, one, s, options.threads);
         result->out.insert(result->out.end(), o.begin(), o.end());
+        if (!record->out_f64.empty()) {
+          std::vector<double> twin(o.size());
+          io::TensorFile(src->path).read_f64(record->out_f64, s * per_token, per_token, twin.data());
+          result->out_f64.insert(result->out_f64.end(), twin.begin(), twin.end());
+        }
       }
     }
   }
@@ -123,17 +156,38 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   checksum.update(repro);
   writer.describe_inputs(inputs_path, checksum.hex(), census);
   writer.describe_comb_layout(reader.comb_layout_text());
-  auto write_side = [&](const OutSource& src, const std::string& group, const PolicyResult& result) {
+  auto write_side = [&](const OutSource& src, const std::string& group, const PolicyResult& result,
+                        const FileSideRecord& record) {
     Policy p = src.is_policy ? src.policy : Policy{};
     p.name = group;
-    if (!src.is_policy) p.models = fmt::format("read from {}:{}", src.path, src.dataset);
-    io::Provenance prov = io::make_provenance(p, "cpu", checksum.hex());
-    if (!src.is_policy) prov.policy_description = fmt::format("unknown: values read from {}:{}", src.path, src.dataset);
+    if (src.is_policy) {
+      writer.declare_policy(p, repro.shape, false, io::make_provenance(p, "cpu", checksum.hex()));
+      writer.append_result(group, 0, result);
+      return;
+    }
+    // Values read from a file keep the provenance they were stored with (the device that computed them, the
+    // policy they claim); a dump without any says "unknown" rather than this machine's CPU. The checksum is the
+    // repro's own inputs', which the values were computed from.
+    const std::string source = fmt::format("{}:{}", src.path, src.dataset);
+    p.models = "read from " + source;
+    if (!record.out_f64.empty()) p.desc.accumulator = Accumulator::fp64;  // declare_policy makes out_f64 for these
+    io::Provenance prov = io::make_provenance(p, "unknown", checksum.hex());
+    prov.policy_description = "unknown: values read from " + source;
+    prov.tool_version = prov.host = prov.utc_time = "unknown";
+    for (const auto& [key, value] : record.provenance) {
+      if (key == "models") prov.models = value;
+      if (key == "tool_version") prov.tool_version = value;
+      if (key == "policy_description") prov.policy_description = value;
+      if (key == "device") prov.device = value;
+      if (key == "host") prov.host = value;
+      if (key == "utc_time") prov.utc_time = value;
+    }
     writer.declare_policy(p, repro.shape, false, prov);
     writer.append_result(group, 0, result);
+    writer.set_attribute("/results/" + group, "source", source);
   };
-  write_side(candidate, summary.candidate_group, cand_out);
-  write_side(reference, summary.reference_group, ref_out);
+  write_side(candidate, summary.candidate_group, cand_out, cand_record);
+  write_side(reference, summary.reference_group, ref_out, ref_record);
   std::string list;
   for (int64_t s : tokens) { list += list.empty() ? "" : ","; list += std::to_string(s); }
   writer.set_attribute("/", "source_inputs", inputs_path);

@@ -92,11 +92,6 @@ namespace {
 
 std::string dims_text(const std::vector<int64_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ",")); }
 
-std::vector<int64_t> without_ones(std::vector<int64_t> dims) {
-  dims.erase(std::remove(dims.begin(), dims.end(), int64_t{1}), dims.end());
-  return dims;
-}
-
 }  // namespace
 
 void check_out_shape(const OutSource& src, const io::InputReader& inputs) {
@@ -105,13 +100,12 @@ void check_out_shape(const OutSource& src, const io::InputReader& inputs) {
   const std::vector<int64_t>& batch = inputs.batch_dims();
   const std::vector<int64_t> dims = io::TensorFile(src.path).info(src.dataset).dims;
   // out is [..., H, D] (SPEC §3). Its leading dims are read as tokens in row-major order, so they must split S as
-  // the inputs' batch dims do, or be S itself (a dump that flattened them); dims of size 1 move no token. Counting
-  // elements alone accepted [S·H, D] and [2S, H/2, D], which pair every token with another's values.
-  bool ok = dims.size() >= 3 && dims[dims.size() - 2] == shape.H && dims.back() == shape.D;
-  if (ok) {
-    const std::vector<int64_t> leading = without_ones({dims.begin(), dims.end() - 2});
-    ok = leading == without_ones(batch) || leading == without_ones({shape.S});
-  }
+  // compare requires (io::same_token_layout: the inputs' batch dims, or those with adjacent axes merged, down to S
+  // itself in a dump that flattened them; or batched where the inputs are flat). Counting elements alone accepted
+  // [S·H, D] and [2S, H/2, D], which pair every token with another's values.
+  const std::vector<int64_t> token_dims = batch.empty() ? std::vector<int64_t>{shape.S} : batch;
+  const bool ok = dims.size() >= 3 && dims[dims.size() - 2] == shape.H && dims.back() == shape.D &&
+                  io::same_token_layout({dims.begin(), dims.end() - 2}, token_dims);
   if (ok) return;
   std::vector<int64_t> want = batch;
   want.insert(want.end(), {int64_t(shape.H), shape.D});

@@ -78,6 +78,15 @@ Traced<F> record(F value, const std::string& expr, const char* format, double lo
   return t;
 }
 
+// IEEE arithmetic on an infinity or a NaN is exact (the result is the limit, or NaN): nothing is lost, and the
+// formulas below would give NaN or a meaningless finite difference. An overflow of finite operands does lose
+// (exact − ±inf = ∓inf), and those formulas say so.
+inline bool all_finite(std::initializer_list<double> operands) {
+  for (double v : operands)
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
 // The error of a binary64 product, exactly: a·b − RN64(a·b) = fma(a, b, −RN64(a·b)).
 inline double product_error(double a, double b, double p) { return std::fma(a, b, -p); }
 
@@ -88,28 +97,33 @@ inline std::string fmt_expr(const char* rounding, const std::string& e) { return
 template <class F>
 Traced<F> op_mul(Traced<F> a, Traced<F> b) {
   const F r = mhc::op_mul(a.v, b.v);
-  double lost;
-  if constexpr (sizeof(F) == 4) lost = double(a.v) * double(b.v) - double(r);  // both exact in binary64
-  else lost = detail::product_error(a.v, b.v, r);
+  double lost = 0.0;  // on an infinite or NaN operand the result is exact
+  if (detail::all_finite({double(a.v), double(b.v)})) {
+    if constexpr (sizeof(F) == 4) lost = double(a.v) * double(b.v) - double(r);  // both exact in binary64
+    else lost = detail::product_error(a.v, b.v, r);
+  }
   return detail::record<F>(r, detail::fmt_expr(detail::rn_name<F>(), a.label() + "·" + b.label()), detail::format_name<F>(), lost);
 }
 
 template <class F>
 Traced<F> op_add(Traced<F> a, Traced<F> b) {
   const F r = mhc::op_add(a.v, b.v);
-  const double lost = detail::exact_minus({double(a.v), double(b.v)}, double(r));
+  const double lost =
+      detail::all_finite({double(a.v), double(b.v)}) ? detail::exact_minus({double(a.v), double(b.v)}, double(r)) : 0.0;
   return detail::record<F>(r, detail::fmt_expr(detail::rn_name<F>(), a.label() + " + " + b.label()), detail::format_name<F>(), lost);
 }
 
 template <class F>
 Traced<F> op_fma(Traced<F> a, Traced<F> b, Traced<F> c) {
   const F r = mhc::op_fma(a.v, b.v, c.v);
-  double lost;
-  if constexpr (sizeof(F) == 4) {
-    lost = detail::exact_minus({double(a.v) * double(b.v), double(c.v)}, double(r));
-  } else {
-    const double ph = a.v * b.v, pl = detail::product_error(a.v, b.v, ph);
-    lost = detail::exact_minus({ph, pl, c.v}, r);
+  double lost = 0.0;  // on an infinite or NaN operand the result is exact
+  if (detail::all_finite({double(a.v), double(b.v), double(c.v)})) {
+    if constexpr (sizeof(F) == 4) {
+      lost = detail::exact_minus({double(a.v) * double(b.v), double(c.v)}, double(r));
+    } else {
+      const double ph = a.v * b.v, pl = detail::product_error(a.v, b.v, ph);
+      lost = detail::exact_minus({ph, pl, c.v}, r);
+    }
   }
   return detail::record<F>(r, detail::fmt_expr(detail::rn_name<F>(), a.label() + "·" + b.label() + " + " + c.label() + "  (fused)"),
                            detail::format_name<F>(), lost);
@@ -118,7 +132,8 @@ Traced<F> op_fma(Traced<F> a, Traced<F> b, Traced<F> c) {
 template <class F>
 Traced<F> op_round_bf16(Traced<F> a) {
   const F r = mhc::op_round_bf16(a.v);
-  return detail::record<F>(r, "RNb(" + a.label() + ")", "bf16", double(a.v) - double(r));
+  const double lost = detail::all_finite({double(a.v)}) ? double(a.v) - double(r) : 0.0;
+  return detail::record<F>(r, "RNb(" + a.label() + ")", "bf16", lost);
 }
 
 }  // namespace mhc::investigate

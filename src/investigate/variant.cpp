@@ -23,9 +23,11 @@ const char* scope_name(CoefScope s) {
   return "?";
 }
 
-// Variants that are the same function of the inputs, mathematically: a product of two bf16 values is exact
-// in fp32, so fusing it changes nothing; with H <= 2 the pairwise tree is the sequential sum; with H = 1
-// the mix has no addition to fuse and comb has no orientation.
+// Variants that are the same function of the inputs, signed zeros included (fingerprint counts +0 against −0
+// as a mismatch, SPEC §5): a product of two bf16 values is exact in fp32, so fusing it changes nothing; with
+// H = 1 the mix has no addition to fuse and comb has no orientation. The pairwise tree stays distinct from the
+// sequential sum even for H <= 2, where their values agree: the sequential sum starts from +0, the tree from its
+// first product, so where every term is −0 they give +0 and −0 (a two-stream kernel's `c0*r0 + c1*r1`).
 Variant canonical(Variant v, int H) {
   const PolicyDesc defaults;  // the backward fields do not shape the forward value
   v.desc.grad_product = defaults.grad_product;
@@ -36,7 +38,6 @@ Variant canonical(Variant v, int H) {
   const bool post_fuse_matters = v.desc.order == TermOrder::seeded && v.desc.mix_product == MixProduct::fused;
   if (rounds_post(v.coef) && v.desc.post_term == PostTerm::fused && !post_fuse_matters) v.desc.post_term = PostTerm::fp32;
   if (v.desc.order == TermOrder::seeded) v.desc.mix_rounding = MixRounding::none;
-  if (H <= 2 && v.desc.order == TermOrder::mix_pairwise) v.desc.order = TermOrder::mix_first;
   if (H == 1) {
     v.comb = CombOrientation::src_dst;
     if (v.desc.order != TermOrder::seeded) v.desc.mix_product = MixProduct::fp32;

@@ -227,6 +227,13 @@ class TensorFile {
   std::unique_ptr<Impl> impl_;
 };
 
+// Whether two stores of a tensor hold its tokens in the same order, from their leading (token) dims: axes of length
+// 1 aside, one side's dims are the other's with adjacent axes merged (docs/format.md: leading batch dims flatten
+// into S), i.e. the running products of one are among the other's, the totals equal. [8], [2,4], [1,2,4] and
+// [2,2,2] agree; [4,2] and [2,4] do not (the same count of tokens split another way). compare, extract and
+// fingerprint apply it alike (docs/metrics.md, "Shapes").
+bool same_token_layout(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
 // The results group "/results/<group>" that NAME (as in file.h5:NAME) designates in `file`: the group NAME, or the
 // group of the built-in policy NAME is an alias of (":hf" finds /results/hf-bf16). std::nullopt when neither is
 // there; InputError when the group it names is a link that leads nowhere or out of the file. compare and the

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "io/files.hpp"
 #include "io/hdf5_util.hpp"
@@ -233,6 +234,25 @@ void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t cou
     return;
   }
   impl_->fail(fmt::format("dataset {} is {}; expected float64", dataset, detail::stored_kind_name(kind)));
+}
+
+bool same_token_layout(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  auto running_products = [](const std::vector<int64_t>& dims) {
+    std::set<int64_t> products;
+    int64_t p = 1;
+    for (int64_t d : dims) {
+      if (d == 0) return std::set<int64_t>{0};
+      if (d == 1) continue;  // an axis of length 1 does not split the tokens
+      p *= d;  // the dims' product fits int64 (element_count checked the whole shape)
+      products.insert(p);
+    }
+    if (products.empty()) products.insert(1);
+    return products;
+  };
+  const std::set<int64_t> pa = running_products(a), pb = running_products(b);
+  if (*pa.rbegin() != *pb.rbegin()) return false;
+  return std::includes(pa.begin(), pa.end(), pb.begin(), pb.end()) ||
+         std::includes(pb.begin(), pb.end(), pa.begin(), pa.end());
 }
 
 std::optional<std::string> find_results_group(const TensorFile& file, const std::string& name) {

@@ -1,0 +1,177 @@
+// Review of the investigation commands (fingerprint, extract, explain) as a user investigating a drift uses
+// them: each test is a defect found by cross-checking the commands against independent computations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "investigate/explain.hpp"
+#include "investigate/fingerprint.hpp"
+#include "io/store.hpp"
+#include "io_test_util.hpp"
+#include "numerics/bf16.hpp"
+
+namespace mhc::investigate {
+namespace {
+
+using mhc::testing::run_cli;
+using mhc::testing::TempDir;
+
+float bf(float v) { return bf16_to_float(round_to_bf16_rne(v)); }
+
+// Random inputs with one token (s = 1) of negative zeros in x and residual, as a zero-padded token can hold
+// after a negation. post and comb stay positive, so every product of that token is −0.
+Inputs inputs_with_negative_zero_token(Shape shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  Inputs in;
+  in.shape = shape;
+  const int64_t S = shape.S, D = shape.D;
+  const int H = shape.H;
+  for (int64_t i = 0; i < S * D; ++i) in.x.push_back(round_to_bf16_rne(normal(rng)));
+  for (int64_t i = 0; i < S * H * D; ++i) in.residual.push_back(round_to_bf16_rne(normal(rng)));
+  for (int64_t i = 0; i < S * H; ++i) in.post.push_back(0.1f + 2.0f * unit(rng));
+  for (int64_t i = 0; i < S * H * H; ++i) in.comb.push_back(0.05f + unit(rng));
+  std::fill_n(in.x.begin() + D, D, bf16_bits{0x8000});
+  std::fill_n(in.residual.begin() + H * D, H * D, bf16_bits{0x8000});
+  return in;
+}
+
+// HF's expression as a kernel writes it for two streams, `m = c0*r0 + c1*r1` with no zero-initialised
+// accumulator (typed here with plain float arithmetic; this file is compiled with -ffp-contract=off).
+std::vector<bf16_bits> hf_without_zero_seed(const Inputs& in) {
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  std::vector<bf16_bits> out;
+  for (int64_t s = 0; s < in.shape.S; ++s)
+    for (int ho = 0; ho < H; ++ho)
+      for (int64_t d = 0; d < D; ++d) {
+        const float x = bf16_to_float(in.x[size_t(s * D + d)]);
+        auto c = [&](int k) { return bf(in.comb[size_t((s * H + k) * H + ho)]); };
+        auto r = [&](int k) { return bf16_to_float(in.residual[size_t((s * H + k) * D + d)]); };
+        float m = c(0) * r(0);
+        for (int k = 1; k < H; ++k) m = m + c(k) * r(k);
+        out.push_back(round_to_bf16_rne(bf(bf(in.post[size_t(s * H + ho)]) * x) + bf(m)));
+      }
+  return out;
+}
+
+// The lattice listed the pairwise stream sum once with the sequential one for H <= 2 ("the same function"), but
+// the sequential sum starts from +0 and the pairwise one from the first product: where every term is −0 they
+// give +0 and −0, which fingerprint counts as a mismatch (SPEC §5). A two-stream kernel without a zero seed, on
+// inputs with a token of negative zeros, then matched no variant at all.
+TEST(InvestigateReview, FingerprintKeepsThePairwiseSumDistinctAtOneAndTwoStreams) {
+  for (int H : {1, 2}) {
+    SCOPED_TRACE(H);
+    const Inputs in = inputs_with_negative_zero_token({4, H, 19}, 40 + uint64_t(H));
+    const std::vector<bf16_bits> cand = hf_without_zero_seed(in);
+    ASSERT_EQ(cand[size_t(H * 19)], 0x8000) << "the −0 token must give −0 for this test to mean anything";
+    FingerprintOptions o;
+    o.threads = 2;
+    const FingerprintReport rep = fingerprint(in.view(), cand.data(), o);
+    ASSERT_TRUE(rep.matched()) << format_fingerprint_text(rep);
+    const Variant& m = rep.exact_matches.front();
+    EXPECT_EQ(m.desc.order, TermOrder::mix_pairwise) << describe_fields(m);
+    EXPECT_EQ(m.coef, CoefScope::both) << describe_fields(m);
+    EXPECT_EQ(m.desc.post_term, PostTerm::bf16) << describe_fields(m);
+    EXPECT_EQ(m.desc.mix_rounding, MixRounding::bf16) << describe_fields(m);
+  }
+}
+
+std::string attribute(const io::TensorFile& f, const std::string& object, const std::string& name) {
+  for (const auto& [key, value] : f.attributes(object))
+    if (key == name) return value;
+  return "(missing)";
+}
+
+// extract wrote a side read from a file with made-up provenance ("unknown" policy, device "cpu") and without its
+// binary64 twin, so `compare` on the repro no longer knew that res.h5:exact is the exact truth (no "vs exact"
+// metrics), although it did on the original and on a repro made with policy:exact.
+TEST(InvestigateReview, ExtractKeepsTheProvenanceAndBinary64TwinOfAFileSide) {
+  TempDir dir;
+  ASSERT_EQ(run_cli(dir, "gen --preset cancellation --shape 12,4,33 --seed 3 -o in.h5").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, "run in.h5 -o res.h5 --policies hf,exact --device cpu").exit_code, 0);
+  const mhc::testing::CliResult x = run_cli(dir, "extract res.h5:hf res.h5:exact --inputs in.h5 --worst 3 -o repro.h5");
+  ASSERT_EQ(x.exit_code, 0) << x.err;
+
+  const mhc::testing::CliResult original = run_cli(dir, "compare res.h5:hf res.h5:exact");
+  ASSERT_NE(original.out.find("vs exact, candidate:"), std::string::npos) << original.out;
+  const mhc::testing::CliResult repro = run_cli(dir, "compare repro.h5:hf-bf16 repro.h5:exact");
+  EXPECT_NE(repro.out.find("vs exact, candidate:"), std::string::npos) << repro.out;
+
+  const io::TensorFile src(dir.file("res.h5")), out(dir.file("repro.h5"));
+  for (const char* name : {"policy_description", "device", "host", "tool_version", "utc_time", "models"}) {
+    EXPECT_EQ(attribute(out, "/results/exact", name), attribute(src, "/results/exact", name)) << name;
+    EXPECT_EQ(attribute(out, "/results/hf-bf16", name), attribute(src, "/results/hf-bf16", name)) << name;
+  }
+  EXPECT_EQ(attribute(out, "/results/exact", "source"), "res.h5:/results/exact/out");
+  // The repro's own inputs are what its results were computed from.
+  EXPECT_EQ(attribute(out, "/results/exact", "input_checksum"), attribute(out, "/inputs", "input_checksum"));
+
+  ASSERT_TRUE(out.exists("/results/exact/out_f64"));
+  EXPECT_FALSE(out.exists("/results/hf-bf16/out_f64"));
+  const std::string tokens = attribute(out, "/", "source_tokens");
+  std::vector<int64_t> chosen;
+  for (size_t p = 0; p < tokens.size();) {
+    const size_t comma = std::min(tokens.find(',', p), tokens.size());
+    chosen.push_back(std::stoll(tokens.substr(p, comma - p)));
+    p = comma + 1;
+  }
+  ASSERT_EQ(chosen.size(), 3u) << tokens;
+  const int64_t per_token = 4 * 33;
+  std::vector<double> got(size_t(3 * per_token));
+  std::vector<double> want(static_cast<size_t>(per_token));
+  out.read_f64("/results/exact/out_f64", 0, int64_t(got.size()), got.data());
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    src.read_f64("/results/exact/out_f64", chosen[i] * per_token, per_token, want.data());
+    for (int64_t e = 0; e < per_token; ++e)
+      ASSERT_EQ(got[size_t(int64_t(i) * per_token + e)], want[size_t(e)]) << "token " << chosen[i] << " element " << e;
+  }
+
+  // A dump without provenance says so instead of claiming a device (h5py writes it, as a PyTorch harness would).
+  const std::string dump = "import h5py, numpy as np; f = h5py.File('" + dir.file("dump.h5") +
+                           "', 'w'); f.attrs['format'] = 'mhcdiff/1'; d = f.create_dataset('results/engine/out', "
+                           "data=np.zeros((12, 4, 33), np.uint16)); d.attrs['dtype'] = 'bfloat16'";
+  if (std::system(("/usr/bin/python3 -c \"" + dump + "\"").c_str()) != 0) GTEST_SKIP() << "no h5py";
+  ASSERT_EQ(run_cli(dir, "extract dump.h5 policy:exact --inputs in.h5 --worst 1 -o repro2.h5").exit_code, 0);
+  const io::TensorFile dump_repro(dir.file("repro2.h5"));
+  EXPECT_EQ(attribute(dump_repro, "/results/engine", "device"), "unknown");
+  EXPECT_EQ(attribute(dump_repro, "/results/engine", "source"), "dump.h5:/results/engine/out");
+}
+
+// explain of an element whose input is infinite: every policy gives +inf, which is the exact value, so the error
+// is 0 ULP (it was NaN), no step reports a NaN or a finite "lost" for an exact infinite result, and κ reads nan.
+TEST(InvestigateReview, ExplainOfAnInfiniteElementShowsNoNanArtefacts) {
+  ElementInputs in;
+  in.H = 2;
+  in.p = 1.0053955f;
+  in.x = INFINITY;
+  in.c[0] = 0.3182684f;
+  in.c[1] = 0.7990209f;
+  in.r[0] = -0.18359375f;
+  in.r[1] = 0.0008430481f;
+  const Explanation e = explain_element(in, {0, 0, 0}, builtin_policies());
+  ASSERT_EQ(e.exact_bf16, 0x7f80);
+  for (const PolicyTrace& t : e.policies) {
+    SCOPED_TRACE(t.policy.name);
+    EXPECT_EQ(t.out, 0x7f80);
+    EXPECT_TRUE(t.correctly_rounded);
+    EXPECT_EQ(t.error_ulps, 0.0);
+    for (const TraceStep& s : t.steps) {
+      EXPECT_FALSE(std::isnan(s.lost)) << s.result << " = " << s.expr;
+      if (std::isinf(s.value)) {
+        EXPECT_EQ(s.lost, 0.0) << s.result << " = " << s.expr;
+      }
+    }
+  }
+  const std::string text = format_explanation_text(e);
+  EXPECT_NE(text.find("kappa = nan"), std::string::npos) << text;
+  EXPECT_EQ(text.find("-nan"), std::string::npos) << text;
+  EXPECT_EQ(format_explanation_json(e).find("\"error_ulps\": \"nan\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mhc::investigate
