@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <utility>
 #include <vector>
 
@@ -12,26 +11,6 @@
 #include "io/errors.hpp"
 
 namespace mhc::cli {
-namespace {
-
-Shape parse_shape(const std::string& text) {
-  int64_t v[3] = {0, 0, 0};
-  const char* p = text.data();
-  const char* end = text.data() + text.size();
-  for (int i = 0; i < 3; ++i) {
-    auto [next, ec] = std::from_chars(p, end, v[i]);
-    if (ec != std::errc() || (i < 2 && (next == end || *next != ',')) || (i == 2 && next != end))
-      throw InputError("--shape must be S,H,D with three positive integers (got '" + text + "')");
-    p = next + 1;
-  }
-  // H is an int: a value outside 1..16 is refused before the narrowing could wrap it into range (4294967300 → 4).
-  if (v[1] < 1 || v[1] > kMaxStreams)
-    throw InputError(fmt::format("--shape {}: need S >= 1, 1 <= H <= {}, D >= 1", text, kMaxStreams));
-  return Shape{v[0], static_cast<int>(v[1]), v[2]};
-}
-
-}  // namespace
-
 void add_gen_command(CLI::App& app, CommandContext&) {
   struct Args {
     std::string preset = "randn", shape = "16,4,64", output;
@@ -74,7 +53,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
                                      args->preset));
     gen::GenOptions o = args->knobs;
     o.preset = gen::parse_preset(args->preset);
-    o.shape = parse_shape(args->shape);
+    o.shape = gen::parse_shape(args->shape);
     o.seed = args->seed;
     o.grad = args->grad;
     gen::write_generated(o, args->output, args->compress);

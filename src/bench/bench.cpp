@@ -1,13 +1,13 @@
 #include "bench/bench.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <random>
 
 #include <fmt/format.h>
 
+#include "gen/presets.hpp"
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
 #include "run/thread_count.hpp"
@@ -117,24 +117,13 @@ std::vector<Shape> default_shapes(Device device) {
 }
 
 Shape parse_shape(const std::string& text) {
-  // Digits and commas only, as `gen --shape` reads them (sscanf took blanks and '+', and wrapped an H beyond int).
-  int64_t v[3] = {0, 0, 0};
-  const char* p = text.data();
-  const char* end = text.data() + text.size();
-  bool valid = true;
-  for (int i = 0; i < 3 && valid; ++i) {
-    const auto [next, ec] = std::from_chars(p, end, v[i]);
-    valid = ec == std::errc() && (i < 2 ? next != end && *next == ',' : next == end);
-    p = next + 1;
-  }
-  valid = valid && v[0] >= 1 && v[1] >= 1 && v[1] <= kMaxStreams && v[2] >= 1;
+  // As `gen --shape` reads it (sscanf took blanks and '+', and wrapped an H beyond int).
+  const Shape sh = gen::parse_shape(text);
   // Every byte count of the bench must fit an int64 (the largest, backward_bytes, is below 16·S·H·(D + H + 1)):
   // an overflow used to end as "internal error: vector::_M_default_append" instead of "not enough memory".
-  if (valid && 16.0 * double(v[0]) * double(v[1]) * (double(v[2]) + double(v[1]) + 1.0) >= 0x1p62)
+  if (16.0 * double(sh.S) * double(sh.H) * (double(sh.D) + double(sh.H) + 1.0) >= 0x1p62)
     throw InputError(fmt::format("--shape {}: S·H·D is too large to benchmark", text));
-  if (!valid)
-    throw InputError(fmt::format("--shape must be S,H,D with S >= 1, H in 1..16 and D >= 1 (got '{}')", text));
-  return Shape{v[0], static_cast<int>(v[1]), v[2]};
+  return sh;
 }
 
 BenchReport run_bench(const BenchOptions& options) {

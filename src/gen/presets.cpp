@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <vector>
@@ -186,6 +187,22 @@ const char* preset_name(Preset p) {
     case Preset::cancellation: return "cancellation";
   }
   return "?";
+}
+
+Shape parse_shape(const std::string& text) {
+  int64_t v[3] = {0, 0, 0};
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  bool valid = true;
+  for (int i = 0; i < 3 && valid; ++i) {
+    const auto [next, ec] = std::from_chars(p, end, v[i]);
+    valid = ec == std::errc() && (i < 2 ? next != end && *next == ',' : next == end);
+    p = next + 1;
+  }
+  if (!valid || v[0] < 1 || v[1] < 1 || v[1] > kMaxStreams || v[2] < 1)
+    throw InputError(fmt::format("--shape must be S,H,D with S >= 1, H in 1..{} and D >= 1 (got '{}')", kMaxStreams,
+                                 text));
+  return Shape{v[0], static_cast<int>(v[1]), v[2]};
 }
 
 void validate(const GenOptions& o) {

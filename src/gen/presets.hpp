@@ -8,6 +8,10 @@
 
 namespace mhc::gen {
 
+// `--shape S,H,D` (gen, bench): digits and commas only, S, D >= 1 and H in 1..16, checked before H is narrowed to
+// int (4294967300 would wrap to 4). InputError otherwise.
+Shape parse_shape(const std::string& text);
+
 enum class Preset { seed_example, randn, realistic, cancellation };
 
 // "seed-example", "randn", "realistic", "cancellation"; InputError naming the known presets otherwise.

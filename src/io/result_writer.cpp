@@ -17,8 +17,7 @@
 namespace mhc::io {
 
 double inputs_bytes(const Shape& shape, bool grad, int deflate_level) {
-  const double S = double(shape.S), H = shape.H, D = double(shape.D);
-  const double bytes = S * (2 * D * (1 + H * (grad ? 2 : 1)) + 4 * (H + H * H));
+  const double bytes = double(shape.S) * double(token_input_bytes(shape, grad));
   return deflate_level > 0 ? bytes / 2 : bytes;
 }
 
