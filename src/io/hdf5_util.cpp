@@ -144,6 +144,16 @@ std::optional<std::string> stored_outside_file(hid_t dataset) {
   return std::nullopt;
 }
 
+std::optional<std::string> open_stored_dataset(hid_t file, const std::string& name, Handle& ds) {
+  if (auto link = external_link_target(file, name)) return fmt::format("{} is {}", name, *link);
+  ds = Handle(H5Dopen2(file, name.c_str(), local_dataset_access()));
+  if (!ds.valid()) return fmt::format("{} is not a dataset", name);
+  if (auto outside = stored_outside_file(ds.get())) return fmt::format("dataset {} is {}", name, *outside);
+  if (const auto dims = dataset_dims(ds.get()); !element_count(dims))
+    return fmt::format("dataset {} has shape {}: more than 2^63 elements, which no tensor has", name, dims_text(dims));
+  return std::nullopt;
+}
+
 std::optional<int64_t> element_count(const std::vector<hsize_t>& dims) {
   constexpr hsize_t kMax = hsize_t(std::numeric_limits<int64_t>::max());
   // The product of the non-zero dims must fit too: callers multiply subsets of the dims (rows, S), so a zero

@@ -73,6 +73,11 @@ std::optional<std::string> external_link_target(hid_t location, const std::strin
 // External raw storage (H5Pset_external), or a virtual dataset with a source in another file.
 std::optional<std::string> stored_outside_file(hid_t dataset);
 
+// Opens dataset `name` (an existing link in `file`) into `ds` when it is a dataset stored in the file itself whose
+// element count fits int64_t; otherwise returns why not, as a sentence about `name` ("/inputs/x is an external link
+// to …", "dataset /inputs/x is stored in the external file …"), for the caller to prefix with the file.
+std::optional<std::string> open_stored_dataset(hid_t file, const std::string& name, Handle& ds);
+
 // The number of elements of `dims`, or std::nullopt when it (or a dimension) exceeds INT64_MAX: a file may claim
 // any extent, and a wrapped product would silently stand for a small tensor.
 std::optional<int64_t> element_count(const std::vector<hsize_t>& dims);

@@ -133,14 +133,7 @@ struct InputReader::Impl {
                        "/inputs/comb and optionally /inputs/grad_out)",
                        ds));
     }
-    if (auto link = detail::external_link_target(file.get(), ds)) fail(fmt::format("{} is {}", ds, *link));
-    t.dataset = Handle(H5Dopen2(file.get(), ds.c_str(), detail::local_dataset_access()));
-    if (!t.dataset.valid()) fail(fmt::format("{} is not a readable dataset", ds));
-    if (auto outside = detail::stored_outside_file(t.dataset.get()))
-      fail(fmt::format("dataset {} is {}", ds, *outside));
-    if (const auto dims = detail::dataset_dims(t.dataset.get()); !detail::element_count(dims))
-      fail(fmt::format("dataset {} has shape {}: more than 2^63 elements, which no tensor has", ds,
-                       detail::dims_text(dims)));
+    if (auto why = detail::open_stored_dataset(file.get(), ds, t.dataset)) fail(*why);
     t.kind = detail::classify(t.dataset.get());
     const bool ok = t.kind == StoredKind::bf16_float || t.kind == StoredKind::bf16_uint16 ||
                     t.kind == StoredKind::f32 || t.kind == StoredKind::f64;

@@ -38,13 +38,8 @@ struct TensorFile::Impl {
   // element count fits int64_t.
   Handle open_dataset(const std::string& name) const {
     if (!detail::link_exists(file.get(), name)) fail(fmt::format("missing dataset {}", name));
-    if (auto link = detail::external_link_target(file.get(), name)) fail(fmt::format("{} is {}", name, *link));
-    Handle ds(H5Dopen2(file.get(), name.c_str(), detail::local_dataset_access()));
-    if (!ds.valid()) fail(fmt::format("{} is not a dataset", name));
-    if (auto outside = detail::stored_outside_file(ds.get())) fail(fmt::format("dataset {} is {}", name, *outside));
-    if (const auto dims = detail::dataset_dims(ds.get()); !detail::element_count(dims))
-      fail(fmt::format("dataset {} has shape {}: more than 2^63 elements, which no tensor has", name,
-                       detail::dims_text(dims)));
+    Handle ds;
+    if (auto why = detail::open_stored_dataset(file.get(), name, ds)) fail(*why);
     return ds;
   }
 
