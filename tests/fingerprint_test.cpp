@@ -12,9 +12,13 @@
 
 #include "investigate/fingerprint.hpp"
 #include "numerics/bf16.hpp"
+#include "test_inputs.hpp"
 
 namespace mhc::investigate {
 namespace {
+
+using testing::Element;
+using testing::reference;
 
 // Inputs built so that rounding choices show in the bf16 output (κ around 2^12..2^20). At d with
 // (d / H) even, output stream ho = d mod H nearly cancels: x[d] and residual[H-1][d] are picked among 256
@@ -66,31 +70,6 @@ Inputs cancelling_inputs(Shape shape, uint64_t seed, bool transposed = false) {
 // (this file is compiled with -ffp-contract=off, so a*b+c is two roundings; std::fma is one).
 
 float bf(float v) { return bf16_to_float(round_to_bf16_rne(v)); }
-
-struct Element {
-  float p, x;
-  float c[kMaxStreams], r[kMaxStreams];
-};
-
-template <class Formula>
-std::vector<bf16_bits> reference(const Inputs& in, bool transposed, Formula f) {
-  const int H = in.shape.H;
-  const int64_t D = in.shape.D;
-  std::vector<bf16_bits> out;
-  for (int64_t s = 0; s < in.shape.S; ++s)
-    for (int ho = 0; ho < H; ++ho)
-      for (int64_t d = 0; d < D; ++d) {
-        Element e;
-        e.p = in.post[size_t(s * H + ho)];
-        e.x = bf16_to_float(in.x[size_t(s * D + d)]);
-        for (int k = 0; k < H; ++k) {
-          e.c[k] = transposed ? in.comb[size_t((s * H + ho) * H + k)] : in.comb[size_t((s * H + k) * H + ho)];
-          e.r[k] = bf16_to_float(in.residual[size_t((s * H + k) * D + d)]);
-        }
-        out.push_back(round_to_bf16_rne(f(e, H, d)));
-      }
-  return out;
-}
 
 float hf_bf16(const Element& e, int H, int64_t) {
   float m = bf(e.c[0]) * e.r[0];

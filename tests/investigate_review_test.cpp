@@ -11,6 +11,7 @@
 #include "investigate/fingerprint.hpp"
 #include "io/store.hpp"
 #include "io_test_util.hpp"
+#include "test_inputs.hpp"
 #include "numerics/bf16.hpp"
 
 namespace mhc::investigate {
@@ -24,17 +25,11 @@ float bf(float v) { return bf16_to_float(round_to_bf16_rne(v)); }
 // Random inputs with one token (s = 1) of negative zeros in x and residual, as a zero-padded token can hold
 // after a negation. post and comb stay positive, so every product of that token is −0.
 Inputs inputs_with_negative_zero_token(Shape shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  Inputs in;
-  in.shape = shape;
-  const int64_t S = shape.S, D = shape.D;
+  Inputs in = testing::random_inputs(shape, seed, false, false);
+  const int64_t D = shape.D;
   const int H = shape.H;
-  for (int64_t i = 0; i < S * D; ++i) in.x.push_back(round_to_bf16_rne(normal(rng)));
-  for (int64_t i = 0; i < S * H * D; ++i) in.residual.push_back(round_to_bf16_rne(normal(rng)));
-  for (int64_t i = 0; i < S * H; ++i) in.post.push_back(0.1f + 2.0f * unit(rng));
-  for (int64_t i = 0; i < S * H * H; ++i) in.comb.push_back(0.05f + unit(rng));
+  for (float& p : in.post) p += 0.1f;  // strictly positive weights
+  for (float& c : in.comb) c += 0.05f;
   std::fill_n(in.x.begin() + D, D, bf16_bits{0x8000});
   std::fill_n(in.residual.begin() + H * D, H * D, bf16_bits{0x8000});
   return in;
@@ -43,20 +38,11 @@ Inputs inputs_with_negative_zero_token(Shape shape, uint64_t seed) {
 // HF's expression as a kernel writes it for two streams, `m = c0*r0 + c1*r1` with no zero-initialised
 // accumulator (typed here with plain float arithmetic; this file is compiled with -ffp-contract=off).
 std::vector<bf16_bits> hf_without_zero_seed(const Inputs& in) {
-  const int H = in.shape.H;
-  const int64_t D = in.shape.D;
-  std::vector<bf16_bits> out;
-  for (int64_t s = 0; s < in.shape.S; ++s)
-    for (int ho = 0; ho < H; ++ho)
-      for (int64_t d = 0; d < D; ++d) {
-        const float x = bf16_to_float(in.x[size_t(s * D + d)]);
-        auto c = [&](int k) { return bf(in.comb[size_t((s * H + k) * H + ho)]); };
-        auto r = [&](int k) { return bf16_to_float(in.residual[size_t((s * H + k) * D + d)]); };
-        float m = c(0) * r(0);
-        for (int k = 1; k < H; ++k) m = m + c(k) * r(k);
-        out.push_back(round_to_bf16_rne(bf(bf(in.post[size_t(s * H + ho)]) * x) + bf(m)));
-      }
-  return out;
+  return testing::reference(in, false, [](const testing::Element& e, int H, int64_t) {
+    float m = bf(e.c[0]) * e.r[0];
+    for (int k = 1; k < H; ++k) m = m + bf(e.c[k]) * e.r[k];
+    return bf(bf(e.p) * e.x) + bf(m);
+  });
 }
 
 // The lattice listed the pairwise stream sum once with the sequential one for H <= 2 ("the same function"), but

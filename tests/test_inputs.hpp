@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "kernels/tensors.hpp"
 #include "numerics/bf16.hpp"
@@ -37,6 +38,35 @@ inline Inputs random_inputs(Shape shape, uint64_t seed, bool wide = false, bool 
     for (auto& v : in.grad_out) v = bf16_normal();
   }
   return in;
+}
+
+// One output element's operands for a hand-written reference formula: post, x, and the comb column and residual
+// values of its output stream, as floats.
+struct Element {
+  float p, x;
+  float c[kMaxStreams], r[kMaxStreams];
+};
+
+// out[s, ho, d] = RNb(f(element, H, d)) over every element, comb read as [s, src, dst] (or transposed): a reference
+// written independently of src/ for tests that check what a formula must give.
+template <class Formula>
+std::vector<bf16_bits> reference(const Inputs& in, bool transposed, Formula f) {
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  std::vector<bf16_bits> out;
+  for (int64_t s = 0; s < in.shape.S; ++s)
+    for (int ho = 0; ho < H; ++ho)
+      for (int64_t d = 0; d < D; ++d) {
+        Element e;
+        e.p = in.post[size_t(s * H + ho)];
+        e.x = bf16_to_float(in.x[size_t(s * D + d)]);
+        for (int k = 0; k < H; ++k) {
+          e.c[k] = transposed ? in.comb[size_t((s * H + ho) * H + k)] : in.comb[size_t((s * H + k) * H + ho)];
+          e.r[k] = bf16_to_float(in.residual[size_t((s * H + k) * D + d)]);
+        }
+        out.push_back(round_to_bf16_rne(f(e, H, d)));
+      }
+  return out;
 }
 
 }  // namespace mhc::testing

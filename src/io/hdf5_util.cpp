@@ -144,6 +144,13 @@ std::optional<std::string> stored_outside_file(hid_t dataset) {
   return std::nullopt;
 }
 
+std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link) {
+  if (auto external = external_link_target(group, name)) return *external;
+  std::vector<char> target(link.type == H5L_TYPE_SOFT ? link.u.val_size + 1 : 1, '\0');
+  H5Lget_val(group, name, target.data(), target.size(), local_links());
+  return fmt::format("a link to {}, which does not exist", target[0] ? target.data() : "an object that cannot be opened");
+}
+
 std::optional<std::string> open_stored_dataset(hid_t file, const std::string& name, Handle& ds) {
   if (auto link = external_link_target(file, name)) return fmt::format("{} is {}", name, *link);
   ds = Handle(H5Dopen2(file, name.c_str(), local_dataset_access()));

@@ -73,6 +73,10 @@ std::optional<std::string> external_link_target(hid_t location, const std::strin
 // External raw storage (H5Pset_external), or a virtual dataset with a source in another file.
 std::optional<std::string> stored_outside_file(hid_t dataset);
 
+// What a link of `group` that HDF5 cannot open is (the end of a sentence): "an external link to …" or "a link to
+// /gone, which does not exist".
+std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link);
+
 // Opens dataset `name` (an existing link in `file`) into `ds` when it is a dataset stored in the file itself whose
 // element count fits int64_t; otherwise returns why not, as a sentence about `name` ("/inputs/x is an external link
 // to …", "dataset /inputs/x is stored in the external file …"), for the caller to prefix with the file.

@@ -79,14 +79,9 @@ herr_t sort_child(hid_t group, const char* name, const H5L_info_t* link, void* d
   auto* c = static_cast<Children*>(data);
   H5O_info_t info;
   if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, detail::local_links()) < 0) {
-    if (auto external = detail::external_link_target(group, name)) {
-      c->unfollowed.emplace_back(name, external->substr(0, external->find(',')) + " (not followed)");
-    } else {
-      std::vector<char> target(link->type == H5L_TYPE_SOFT ? link->u.val_size + 1 : 1, '\0');
-      H5Lget_val(group, name, target.data(), target.size(), detail::local_links());
-      c->unfollowed.emplace_back(name, fmt::format("a link to {}, which does not exist",
-                                                   target[0] ? target.data() : "an object that cannot be opened"));
-    }
+    std::string what = detail::unusable_link_description(group, name, *link);
+    if (link->type == H5L_TYPE_EXTERNAL) what = what.substr(0, what.find(',')) + " (not followed)";
+    c->unfollowed.emplace_back(name, what);
     return 0;
   }
   if (info.type == H5O_TYPE_GROUP) c->groups.emplace_back(name);

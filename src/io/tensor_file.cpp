@@ -95,14 +95,7 @@ herr_t collect_child(hid_t group, const char* name, const H5L_info_t* link, void
     if (info.type == list->want) list->names.emplace_back(name);
     return 0;
   }
-  if (auto external = detail::external_link_target(group, name)) {
-    list->unusable.emplace_back(name, *external);
-  } else {
-    std::vector<char> target(link->type == H5L_TYPE_SOFT ? link->u.val_size + 1 : 1, '\0');
-    H5Lget_val(group, name, target.data(), target.size(), detail::local_links());
-    list->unusable.emplace_back(name, fmt::format("a link to {}, which does not exist",
-                                                  target[0] ? target.data() : "an object that cannot be opened"));
-  }
+  list->unusable.emplace_back(name, detail::unusable_link_description(group, name, *link));
   return 0;
 }
 
