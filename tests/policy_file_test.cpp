@@ -119,6 +119,12 @@ TEST(PolicyFile, ResolvesListsWithFilePoliciesAndRefusesNameClashes) {
   EXPECT_EQ(names(resolve_policies("hf,deepseek", {mine})), "hf-bf16;fp32-mixfirst;mine;");
   EXPECT_EQ(names(resolve_policies("mine,exact", {mine})), "mine;exact;");
   EXPECT_EQ(names(resolve_policies("", {mine})), "mine;");
+  // "all" is a name like the others within a list: every built-in, in order, once.
+  EXPECT_EQ(names(resolve_policies("mine,all", {mine})),
+            "mine;hf-bf16;fp32-seeded;fp32-seeded-fma;fp32-mixfirst;fp64;exact;");
+  EXPECT_EQ(names(resolve_policies("exact,all", {mine})),
+            "exact;hf-bf16;fp32-seeded;fp32-seeded-fma;fp32-mixfirst;fp64;mine;");
+  EXPECT_EQ(parse_policy_list("hf,all").size(), builtin_policies().size());
   const std::string clash = (dir / "clash.toml").string();
   write_policy_file({"hf", PolicyDesc{}, ""}, clash);
   EXPECT_THROW(resolve_policies("", {clash}), InputError);

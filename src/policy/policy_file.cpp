@@ -237,17 +237,20 @@ std::vector<Policy> resolve_policies(const std::string& list, const std::vector<
   auto add = [&](const Policy& p) {
     if (std::none_of(out.begin(), out.end(), [&](const Policy& q) { return q.name == p.name; })) out.push_back(p);
   };
-  if (list == "all") {
-    for (const Policy& p : builtin_policies()) add(p);
-  } else if (!list.empty()) {
+  if (!list.empty()) {
     size_t start = 0;
     while (true) {
       size_t comma = list.find(',', start);
       std::string item = trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       if (item.empty()) throw std::invalid_argument(fmt::format("empty policy name in '{}'", list));
       auto it = std::find_if(from_files.begin(), from_files.end(), [&](const Policy& p) { return p.name == item; });
-      if (it != from_files.end()) add(*it);
-      else add(find_policy(item));
+      if (item == "all") {  // every built-in, also within a list ("all,mine")
+        for (const Policy& p : builtin_policies()) add(p);
+      } else if (it != from_files.end()) {
+        add(*it);
+      } else {
+        add(find_policy(item));
+      }
       if (comma == std::string::npos) break;
       start = comma + 1;
     }

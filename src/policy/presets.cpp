@@ -67,8 +67,8 @@ std::vector<Policy> parse_policy_list(const std::string& list) {
     size_t comma = list.find(',', start);
     std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (item.empty()) throw std::invalid_argument(fmt::format("empty policy name in '{}'", list));
-    const Policy& p = find_policy(item);
-    if (std::none_of(out.begin(), out.end(), [&](const Policy& q) { return q.name == p.name; })) out.push_back(p);
+    for (const Policy& p : item == "all" ? builtin_policies() : std::vector<Policy>{find_policy(item)})
+      if (std::none_of(out.begin(), out.end(), [&](const Policy& q) { return q.name == p.name; })) out.push_back(p);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
