@@ -57,7 +57,9 @@ std::string host_name() {
 // written chunk fits the 2 MiB per-dataset chunk cache (see docs/format.md, "Memory").
 constexpr int64_t kChunkBytes = 512 << 10;
 constexpr size_t kChunkCacheBytes = 2 << 20;
-constexpr int64_t kMaxChunkBytes = int64_t{1} << 32;  // HDF5 refuses a chunk of 4 GiB or more
+// A token row larger than the chunk cache is split over chunks: as one chunk (up to HDF5's limit of 4 GiB) every
+// write would bypass the cache and, compressed, need a deflate buffer of the row's size.
+constexpr int64_t kMaxRowChunkBytes = int64_t(kChunkCacheBytes);
 
 }  // namespace
 
@@ -172,19 +174,20 @@ struct ResultWriter::Impl {
       row_elems *= e;
     }
     const int64_t elem_size = dtype == DType::bf16 ? 2 : dtype == DType::f32 ? 4 : 8;
-    // Chunks are whole token rows where a row fits one HDF5 chunk (below 4 GiB; larger rows are split below): a
-    // slab read or write touches whole chunks (except at slab edges).
+    // Chunks are whole token rows where a row fits the chunk cache (larger rows are split below): a slab read or
+    // write touches whole chunks (except at slab edges).
     std::vector<hsize_t> chunk(dims.size(), 1);
     const size_t token_axis = batch.size() - 1;
     int64_t row_bytes = 0;
-    if (!__builtin_mul_overflow(row_elems, elem_size, &row_bytes) && row_bytes < kMaxChunkBytes) {
+    if (!__builtin_mul_overflow(row_elems, elem_size, &row_bytes) && row_bytes <= kMaxRowChunkBytes) {
       const int64_t rows = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(1, row_bytes), 1,
                                                std::max<int64_t>(1, batch.back()));
       chunk[token_axis] = hsize_t(rows);
       for (size_t i = 0; i < elem_dims.size(); ++i) chunk[batch.size() + i] = hsize_t(elem_dims[i]);
     } else {
-      // One token row is larger than HDF5 allows a chunk to be (D = 2^31 bf16 values): H5Dcreate failed and `run`
-      // ended in "internal error". Such a row is split over chunks of about kChunkBytes, innermost dim first.
+      // One token row is larger than the chunk cache (or than HDF5 allows a chunk to be: D = 2^31 bf16 values made
+      // H5Dcreate fail, and `run` end in "internal error"). Such a row is split over chunks of about kChunkBytes,
+      // innermost dim first.
       int64_t budget = std::max<int64_t>(1, kChunkBytes / elem_size);
       for (size_t i = elem_dims.size(); i-- > 0;) {
         const int64_t c = std::clamp<int64_t>(budget, 1, std::max<int64_t>(1, elem_dims[i]));
