@@ -146,8 +146,6 @@ TEST_F(IoReview, DataStoredOutsideTheFileIsRefusedWithoutBlocking) {
   expect_refused("golden check res-link.h5:hf --golden golden.h5", {"/results/hf-bf16/out", "external link"});
 }
 
-// Dimensions whose product exceeds 2^63 wrapped around: batch dims [2^62+1, 4] made S = 4, and `run` "succeeded"
-// on 4 tokens of a tensor claiming 2^64+4, writing results with the claimed dims; compare read 4 rows of it.
 // A stale link beside the results groups (a removed policy's soft link, an external link to an archive) made every
 // command that lists /results refuse the whole file; it is left out now, and refused only where it is asked for.
 TEST_F(IoReview, AStaleLinkBesideTheResultsGroupsIsRefusedOnlyWhereNamed) {
@@ -167,6 +165,18 @@ TEST_F(IoReview, AStaleLinkBesideTheResultsGroupsIsRefusedOnlyWhereNamed) {
   }
   expect_refused("compare stale.h5:zz-old res.h5:hf", {"stale.h5", "/results/zz-old", "/results/removed"});
   expect_refused("compare stale.h5:/results/zz-archived res.h5:hf", {"/results/zz-archived", "external link"});
+  // A path through such a link says what the link is, not "missing"; a soft link to an external link is as far out.
+  expect_refused("fingerprint good.h5 stale.h5:/results/zz-archived/out", {"/results/zz-archived", "external link"});
+  expect_refused("compare stale.h5:/results/zz-archived/out res.h5:hf", {"/results/zz-archived", "external link"});
+  {
+    const hid_t f = H5Fopen(dir.file("stale.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Lcreate_soft("/results/zz-archived", f, "/results/zz-via", H5P_DEFAULT, H5P_DEFAULT), 0);
+    // "hf" is an alias of hf-bf16, which exists: the broken group the user named must not resolve to it.
+    ASSERT_GE(H5Lcreate_soft("/results/gone", f, "/results/hf", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  expect_refused("compare stale.h5:zz-via res.h5:hf", {"/results/zz-via", "/results/zz-archived", "external link"});
+  expect_refused("compare stale.h5:hf res.h5:hf", {"/results/hf", "/results/gone"});
 }
 
 // Refusing external links is a property of mhcdiff's own lookups, not of the process: a program linking the library
@@ -195,6 +205,22 @@ TEST(IoReviewCounts, ElementCountsCheckTheNonZeroDimsToo) {
   EXPECT_EQ(io::detail::element_count({3, 4, 5}), std::optional<int64_t>(60));
 }
 
+// compare's, extract's and fingerprint's one rule for leading (token) dims, its edges included.
+TEST(IoReviewCounts, TokenLayoutsAgreeUpToMergedAxes) {
+  using V = std::vector<int64_t>;
+  EXPECT_TRUE(io::same_token_layout(V{8}, V{2, 4}));
+  EXPECT_TRUE(io::same_token_layout(V{2, 2, 2}, V{2, 4}));
+  EXPECT_TRUE(io::same_token_layout(V{1, 3, 1}, V{3}));
+  EXPECT_TRUE(io::same_token_layout(V{}, V{1, 1}));
+  EXPECT_FALSE(io::same_token_layout(V{4, 2}, V{2, 4}));
+  EXPECT_FALSE(io::same_token_layout(V{4, 4}, V{2, 8}));
+  EXPECT_FALSE(io::same_token_layout(V{8}, V{9}));
+  EXPECT_TRUE(io::same_token_layout(V{int64_t{1} << 62, 8, 0}, V{0}));  // no tokens either way, no overflow
+  EXPECT_FALSE(io::same_token_layout(V{int64_t{1} << 62, 8}, V{int64_t{1} << 62, 8}));  // more tokens than int64
+}
+
+// Dimensions whose product exceeds 2^63 wrapped around: batch dims [2^62+1, 4] made S = 4, and `run` "succeeded"
+// on 4 tokens of a tensor claiming 2^64+4, writing results with the claimed dims; compare read 4 rows of it.
 TEST_F(IoReview, ElementCountsBeyondInt64AreRefused) {
   const hsize_t huge = (hsize_t{1} << 62) + 1;
   {

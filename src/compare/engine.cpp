@@ -97,6 +97,7 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   } else if (g.front() != '/') {
     if (auto found = io::find_results_group(f, g)) return *found;
   }
+  if (g.front() == '/') f.exists(g);  // InputError when the path runs through a link that leads out or nowhere
   throw InputError(fmt::format("{} has no results group '{}'; it holds: {}", spec.path, spec.group, join_names(groups)));
 }
 

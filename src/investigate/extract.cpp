@@ -52,8 +52,12 @@ FileSideRecord file_side_record(const OutSource& src) {
     for (const char* kept : {"models", "tool_version", "policy_description", "device", "host", "utc_time"})
       if (key == kept) rec.provenance.emplace_back(key, value);
   const std::string twin = src.dataset + "_f64";
-  if (src.dataset.substr(slash + 1) == "out" && file.exists(twin) && file.info(twin).dims == file.info(src.dataset).dims)
-    rec.out_f64 = twin;
+  // The binary64 twin only where it is one (float64, out's dims): a dump's "out_f64" of another dtype is left out
+  // rather than failing the extract.
+  if (src.dataset.substr(slash + 1) == "out" && file.exists(twin)) {
+    const io::TensorInfo info = file.info(twin);
+    if (info.dtype == io::DType::f64 && info.dims == file.info(src.dataset).dims) rec.out_f64 = twin;
+  }
   return rec;
 }
 

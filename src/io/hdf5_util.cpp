@@ -28,7 +28,7 @@ herr_t refuse_external_traversal(const char*, const char*, const char*, const ch
 hid_t refusing_list(hid_t cls) {
   const hid_t list = H5Pcreate(cls);
   if (list < 0 || H5Pset_elink_cb(list, refuse_external_traversal, nullptr) < 0)
-    throw InputError("the HDF5 library could not be set up to refuse external links");
+    throw std::runtime_error("the HDF5 library could not be set up to refuse external links");
   return list;
 }
 
@@ -148,13 +148,33 @@ std::string unusable_link_description(hid_t group, const char* name, const H5L_i
   if (auto external = external_link_target(group, name)) return *external;
   std::vector<char> target(link.type == H5L_TYPE_SOFT ? link.u.val_size + 1 : 1, '\0');
   H5Lget_val(group, name, target.data(), target.size(), local_links());
-  return fmt::format("a link to {}, which does not exist", target[0] ? target.data() : "an object that cannot be opened");
+  if (!target[0]) return "a link to an object that cannot be opened";
+  // A soft link to an external link is as far out of the file as the external link.
+  if (auto external = external_link_target(group, target.data()))
+    return fmt::format("a link to {}, which is {}", target.data(), *external);
+  return fmt::format("a link to {}, which does not exist", target.data());
+}
+
+std::optional<std::string> unusable_component(hid_t file, const std::string& path) {
+  for (size_t end = path.find('/', 1); ; end = path.find('/', end + 1)) {
+    const std::string partial = path.substr(0, end);
+    H5L_info_t link;
+    if (partial.empty() || partial == "/" || H5Lget_info(file, partial.c_str(), &link, local_links()) < 0)
+      return std::nullopt;  // a component that is not there at all: plainly missing
+    H5O_info_t info;
+    if (H5Oget_info_by_name2(file, partial.c_str(), &info, H5O_INFO_BASIC, local_links()) < 0)
+      return fmt::format("{} is {}", partial, unusable_link_description(file, partial.c_str(), link));
+    if (end == std::string::npos) return std::nullopt;
+  }
 }
 
 std::optional<std::string> open_stored_dataset(hid_t file, const std::string& name, Handle& ds) {
   if (auto link = external_link_target(file, name)) return fmt::format("{} is {}", name, *link);
   ds = Handle(H5Dopen2(file, name.c_str(), local_dataset_access()));
-  if (!ds.valid()) return fmt::format("{} is not a dataset", name);
+  if (!ds.valid()) {
+    if (auto why = unusable_component(file, name)) return why;
+    return fmt::format("{} is not a dataset", name);
+  }
   if (auto outside = stored_outside_file(ds.get())) return fmt::format("dataset {} is {}", name, *outside);
   if (const auto dims = dataset_dims(ds.get()); !element_count(dims))
     return fmt::format("dataset {} has shape {}: more than 2^63 elements, which no tensor has", name, dims_text(dims));

@@ -47,7 +47,8 @@ void silence_hdf5_errors();
 
 // Access property lists under which HDF5 refuses to traverse an external link (an H5Pset_elink_cb callback that
 // fails): every lookup mhcdiff makes in a file it reads passes one, so no lookup, open or listing can open the file
-// a link names (see external_link_target), while the process's other HDF5 use keeps HDF5's defaults.
+// a link names (see external_link_target), while the process's other HDF5 use keeps HDF5's defaults. Made once per
+// process and never closed: a caller that shuts HDF5 down (H5close) and reuses the library gets stale lists.
 hid_t local_links();           // link access: H5Lexists, H5Lget_info/val, H5Oget_info_by_name, H5Oopen
 hid_t local_dataset_access();  // H5Dopen2
 hid_t local_group_access();    // H5Gopen2
@@ -76,6 +77,11 @@ std::optional<std::string> stored_outside_file(hid_t dataset);
 // What a link of `group` that HDF5 cannot open is (the end of a sentence): "an external link to …" or "a link to
 // /gone, which does not exist".
 std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link);
+
+// The first component of `path` (from the root) that is a link HDF5 cannot open, as a sentence ("/results/yy is an
+// external link to …"); std::nullopt when every component opens or one is simply absent. Tells a path through an
+// external or dangling link from a missing one.
+std::optional<std::string> unusable_component(hid_t file, const std::string& path);
 
 // Opens dataset `name` (an existing link in `file`) into `ds` when it is a dataset stored in the file itself whose
 // element count fits int64_t; otherwise returns why not, as a sentence about `name` ("/inputs/x is an external link

@@ -136,7 +136,11 @@ std::vector<std::string> TensorFile::datasets(const std::string& group) const {
 }
 
 bool TensorFile::exists(const std::string& dataset) const {
-  if (!detail::link_exists(impl_->file.get(), dataset)) return false;
+  if (!detail::link_exists(impl_->file.get(), dataset)) {
+    // Not there, or behind a link that leads out of the file or nowhere: the latter is said, not "missing".
+    if (auto why = detail::unusable_component(impl_->file.get(), dataset)) impl_->fail(*why);
+    return false;
+  }
   if (auto link = detail::external_link_target(impl_->file.get(), dataset))
     impl_->fail(fmt::format("{} is {}", dataset, *link));
   H5O_info_t info;
@@ -228,17 +232,17 @@ bool same_token_layout(const std::vector<int64_t>& a, const std::vector<int64_t>
   auto running_products = [](const std::vector<int64_t>& dims) {
     std::set<int64_t> products;
     int64_t p = 1;
+    if (std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end()) return std::set<int64_t>{0};
     for (int64_t d : dims) {
-      if (d == 0) return std::set<int64_t>{0};
       if (d == 1) continue;  // an axis of length 1 does not split the tokens
-      p *= d;  // the dims' product fits int64 (element_count checked the whole shape)
+      if (d < 0 || __builtin_mul_overflow(p, d, &p)) return std::set<int64_t>{-1};  // no tensor has these dims
       products.insert(p);
     }
     if (products.empty()) products.insert(1);
     return products;
   };
   const std::set<int64_t> pa = running_products(a), pb = running_products(b);
-  if (*pa.rbegin() != *pb.rbegin()) return false;
+  if (pa.count(-1) || pb.count(-1) || *pa.rbegin() != *pb.rbegin()) return false;
   return std::includes(pa.begin(), pa.end(), pb.begin(), pb.end()) ||
          std::includes(pb.begin(), pb.end(), pa.begin(), pa.end());
 }
@@ -252,10 +256,14 @@ std::optional<std::string> find_results_group(const TensorFile& file, const std:
   } catch (const std::invalid_argument&) {
   }
   if (has_group(name)) return "/results/" + name;
+  const std::vector<std::pair<std::string, std::string>> unusable = file.unusable_policies();
+  auto refuse_if_unusable = [&](const std::string& group) {
+    for (const auto& [g, what] : unusable)
+      if (g == group) throw InputError(fmt::format("{}: /results/{} is {}", file.path(), g, what));
+  };
+  refuse_if_unusable(name);  // the group named, broken: never silently its alias's group instead
   if (!alias.empty() && has_group(alias)) return "/results/" + alias;
-  for (const auto& [group, what] : file.unusable_policies())
-    if (group == name || group == alias)
-      throw InputError(fmt::format("{}: /results/{} is {}", file.path(), group, what));
+  if (!alias.empty()) refuse_if_unusable(alias);
   return std::nullopt;
 }
 
