@@ -6,9 +6,10 @@
 #   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1  ARCHS=90-real (quicker build)
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
 #          AB_STREAM32=1: also time the exact backward with MHCDIFF_CUDA_BACKWARD unset, =stream32 and
-#          =stream32-deferred (three alternating rounds, docs/performance.md "What is still open") and sanitize
-#          their GPU test; AB_PREFETCH=1: the same for the exact forward and MHCDIFF_CUDA_FORWARD=prefetch-l2 /
-#          prefetch-registers
+#          =stream32-deferred (three alternating rounds, medians summarised, docs/performance.md "What is still
+#          open") and sanitize their GPU test; AB_PREFETCH=1: the same for the exact forward and
+#          MHCDIFF_CUDA_FORWARD=prefetch-l2 / prefetch-registers. Every stage is bounded (TESTS_TIMEOUT,
+#          BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT, TORCH_TIMEOUT)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -30,66 +31,98 @@ fi
 GPU_TESTS="$BUILD/tests/gpu/mhcdiff_gpu_tests"
 MHCDIFF="$BUILD/apps/mhcdiff/mhcdiff"
 
-stage "gpu tests"
-"$GPU_TESTS" --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/gpu_tests.log" 2>&1
-tests_rc=$?
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|differ" "$OUT/gpu_tests.log" | head -40 | tee -a "$OUT/summary.log"
-
-if [[ -z "${SKIP_DUMP:-}" ]]; then
-  stage "bench dump for the SPEC §9 counts (S=4096,H=4,D=4096: 67 M outputs)"
-  "$MHCDIFF" bench --device cuda --shape 4096,4,4096 --policies hf-bf16,fp32-seeded,fp32-seeded-fma --reps 3 \
-    --dump "$DUMP" --format csv >"$OUT/bench_dump.csv" 2>>"$OUT/bench.log"
-fi
-
-stage "bench"
-# shellcheck disable=SC2086  # BENCH_ARGS is a list of options
-"$MHCDIFF" bench --device cuda --format csv --reps 40 ${BENCH_ARGS:-} >"$OUT/bench.csv" 2>>"$OUT/bench.log"
-echo "bench rc=$?" | tee -a "$OUT/summary.log"
-
 # An experiment switch timed against the default in three alternating rounds (exact policy, the two shapes where
-# SPEC §8's target and a smaller wave count are measured), then its GPU test sanitized.
-#   ab_experiment NAME VARIABLE fwd|bwd GTEST_NAME VARIANT...
+# SPEC §8's target and a smaller wave count are measured); each bench call is bounded and its rc logged, and the
+# medians over the rounds are summarised against the default. Sanitizers of the experiments' tests come later.
+#   ab_experiment NAME VARIABLE fwd|bwd VARIANT...
 ab_experiment() {
-  local name=$1 variable=$2 direction=$3 test=$4
-  shift 4
+  local name=$1 variable=$2 direction=$3 round variant shape rc
+  shift 3
   stage "A/B $name: exact $direction, default vs $*"
   for round in 1 2 3; do
     for variant in default "$@"; do
       if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
       for shape in 16384,4,4096 4096,4,4096; do
-        "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" 2>>"$OUT/bench.log" |
-          grep "$direction" | sed "s/^/$variant,round$round,/" | tee -a "$OUT/ab_$name.csv"
+        timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" \
+          >"$OUT/ab_call.csv" 2>>"$OUT/bench.log"
+        rc=$?
+        [[ $rc == 0 ]] || echo "A/B $name $variant $shape round $round: bench rc=$rc" | tee -a "$OUT/summary.log"
+        grep "$direction" "$OUT/ab_call.csv" | sed "s/^/$variant,round$round,/" | tee -a "$OUT/ab_$name.csv"
       done
     done
   done
   unset "$variable"
-  grep -c . "$OUT/ab_$name.csv" | sed "s/^/ab $name rows: /" | tee -a "$OUT/summary.log"
-  if [[ -z "${SKIP_SANITIZER:-}" ]]; then
-    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" \
-      --gtest_filter="CudaOperator.$test" >"$OUT/sanitizer_$name.log" 2>&1
-    echo "$name memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_$name.log" | tail -1)" | tee -a "$OUT/summary.log"
-    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \
-      --gtest_filter="CudaOperator.$test" >>"$OUT/sanitizer_$name.log" 2>&1
-    echo "$name racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer_$name.log" | tail -1)" |
-      tee -a "$OUT/summary.log"
-  fi
+  rm -f "$OUT/ab_call.csv"
+  # variant,round,"device",S,H,D,policy,dir,median_ms,bytes,gbps,pct_of_copy,...: median over rounds per variant/shape
+  python3 - "$OUT/ab_$name.csv" <<'PY' | tee -a "$OUT/summary.log"
+import collections, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.strip().split(",")
+    if len(f) >= 12:
+        rows[(f[0], f"{f[3]},{f[4]},{f[5]}")].append((float(f[8]), float(f[11])))
+for shape in sorted({s for _, s in rows}):
+    base = statistics.median(ms for ms, _ in rows.get(("default", shape), [(float("nan"), 0)]))
+    for (variant, s), v in sorted(rows.items()):
+        if s == shape:
+            ms = statistics.median(m for m, _ in v)
+            print(f"  {shape:>14} {variant:<20} {ms:.4f} ms  {statistics.median(p for _, p in v):5.1f} % of copy"
+                  f"  {100 * (ms / base - 1):+5.1f} % vs default  ({len(v)} rounds)")
+PY
 }
-if [[ -n "${AB_PREFETCH:-}" ]]; then
-  ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd PrefetchForwardExperimentMatchesCpu prefetch-l2 prefetch-registers
-fi
-if [[ -n "${AB_STREAM32:-}" ]]; then
-  ab_experiment stream32 MHCDIFF_CUDA_BACKWARD bwd Stream32BackwardExperimentMatchesCpu stream32 stream32-deferred
+# ONLY_SANITIZERS=1: build, then only the sanitizer stages (a second device call after one with SKIP_SANITIZER=1,
+# when both do not fit one call's time limit).
+tests_rc=0
+if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
+  stage "gpu tests"
+  # Bounded: a kernel that hangs (the experiments have never run on a GPU) must not take the whole device call.
+  timeout "${TESTS_TIMEOUT:-240}" "$GPU_TESTS" --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/gpu_tests.log" 2>&1
+  tests_rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|differ" "$OUT/gpu_tests.log" | head -40 | tee -a "$OUT/summary.log"
+  echo "gpu tests rc=$tests_rc$([[ $tests_rc == 124 ]] && echo ' (timed out)')" | tee -a "$OUT/summary.log"
+
+  if [[ -z "${SKIP_DUMP:-}" ]]; then
+    stage "bench dump for the SPEC §9 counts (S=4096,H=4,D=4096: 67 M outputs)"
+    "$MHCDIFF" bench --device cuda --shape 4096,4,4096 --policies hf-bf16,fp32-seeded,fp32-seeded-fma --reps 3 \
+      --dump "$DUMP" --format csv >"$OUT/bench_dump.csv" 2>>"$OUT/bench.log"
+  fi
+
+  stage "bench"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+  timeout "${BENCH_TIMEOUT:-120}" "$MHCDIFF" bench --device cuda --format csv --reps 40 ${BENCH_ARGS:-} >"$OUT/bench.csv" \
+    2>>"$OUT/bench.log"
+  echo "bench rc=$?" | tee -a "$OUT/summary.log"
+
+  # The backward first: it misses its target by more.
+  if [[ -n "${AB_STREAM32:-}" ]]; then
+    ab_experiment stream32 MHCDIFF_CUDA_BACKWARD bwd stream32 stream32-deferred
+  fi
+  if [[ -n "${AB_PREFETCH:-}" ]]; then
+    ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd prefetch-l2 prefetch-registers
+  fi
 fi
 
-if [[ -z "${SKIP_TORCH:-}" ]]; then
+if [[ -z "${SKIP_TORCH:-}" && -z "${ONLY_SANITIZERS:-}" ]]; then
   stage "torch peers"
-  PYTHONUNBUFFERED=1 timeout "${TORCH_TIMEOUT:-300}" python3 scripts/torch_peer.py --dump "$DUMP" --bench "$OUT/bench.csv" --reps 40 \
-    >"$OUT/torch_peer.log" 2>&1
+  # shellcheck disable=SC2046  # --dump only where the dump stage ran
+  PYTHONUNBUFFERED=1 timeout "${TORCH_TIMEOUT:-300}" python3 scripts/torch_peer.py $([[ -z "${SKIP_DUMP:-}" ]] && echo --dump "$DUMP") \
+    --bench "$OUT/bench.csv" --reps 40 >"$OUT/torch_peer.log" 2>&1
   echo "torch_peer rc=$?" | tee -a "$OUT/summary.log"
 fi
 rm -rf "$DUMP"
 
-# Last: the slowest stage, so that a time limit cuts it rather than the figures.
+# Last: the slowest stages, so that a time limit cuts them rather than the figures. First the experiments' GPU tests.
+sanitize() {  # sanitize NAME TOOL GTEST_FILTER
+  timeout "${EXPERIMENT_SANITIZER_TIMEOUT:-90}" compute-sanitizer --tool "$2" --error-exitcode 99 "$GPU_TESTS" \
+    --gtest_filter="$3" >>"$OUT/sanitizer_$1.log" 2>&1
+  echo "$1 $2 rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer_$1.log" | tail -1)" | tee -a "$OUT/summary.log"
+}
+if [[ -z "${SKIP_SANITIZER:-}" ]]; then
+  for tool in memcheck racecheck; do
+    [[ -n "${AB_STREAM32:-}" ]] && sanitize stream32 $tool 'CudaOperator.Stream32BackwardExperimentMatchesCpu'
+    [[ -n "${AB_PREFETCH:-}" ]] && sanitize prefetch $tool 'CudaOperator.PrefetchForwardExperimentMatchesCpu'
+  done
+fi
 if [[ -z "${SKIP_SANITIZER:-}" ]]; then
   stage "compute-sanitizer (memcheck + racecheck on a subset)"
   subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu'
@@ -102,7 +135,7 @@ fi
 
 stage "done"
 echo
-cut -d, -f2- "$OUT/bench.csv" | tr , '\t'
+[[ -f "$OUT/bench.csv" ]] && cut -d, -f2- "$OUT/bench.csv" | tr , '\t'
 [[ -f "$OUT/torch_peer.log" ]] && grep -v "^W\|^I\|warn" "$OUT/torch_peer.log" | tail -60
 echo "gpu tests rc=$tests_rc"
 exit $tests_rc

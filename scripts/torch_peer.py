@@ -29,8 +29,10 @@ import numpy as np
 import torch
 import torch._functorch.config
 
-# The timed backward is replayed on one graph (retain_graph=True), which donated buffers forbid.
-torch._functorch.config.donated_buffer = False
+# The timed backward is replayed on one graph (retain_graph=True), which donated buffers forbid (a private flag:
+# set only where this PyTorch has it).
+if hasattr(torch._functorch.config, "donated_buffer"):
+    torch._functorch.config.donated_buffer = False
 
 
 def seeded_loop(x, r, post, comb, dtype=torch.float32):

@@ -27,7 +27,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "time each policy's forward and backward (GB/s, % of a copy)");
   cmd->add_option("--shape", args->shapes, "S,H,D (repeatable); default: SPEC §8's shapes on the GPU, 256,4,4096 on the CPU");
-  cmd->add_option("--policies", args->policies, "all, or a comma-separated list of policies")->capture_default_str();
+  cmd->add_option("--policies", args->policies, "comma-separated policies; all = every built-in")->capture_default_str();
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--reps", args->reps, "timed runs per measurement (median); default 40 on the GPU, 3 on the CPU")
       ->check(CLI::Range(1, 1000000));

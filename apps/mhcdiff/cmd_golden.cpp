@@ -29,7 +29,7 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   r->add_flag("--force", regen->force, "overwrite an existing golden file");
   r->add_option("--device", regen->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  r->add_option("--threads", regen->threads, "CPU threads (0 = all)")->check(thread_count_check());
+  r->add_option("--threads", regen->threads, "CPU threads (0 = all)")->check(thread_count_check())->capture_default_str();
   add_input_read_options(r, *regen_read);
   r->callback([regen, regen_read, &ctx] {
     regen->read = regen_read->options();

@@ -439,8 +439,8 @@ CompareReport run_compare(const CompareOptions& opt) {
       }
     }
     if (!same_logical_shape(gc, gr))
-      throw InputError(fmt::format("{} has shape {} in {} but {} in {} (shapes must agree; only leading batch dims may "
-                                   "be stored flattened into one token axis)",
+      throw InputError(fmt::format("{} has shape {} in {} but {} in {} (shapes must agree; leading batch dims may only "
+                                   "be stored with adjacent axes merged, as a dump flattens them)",
                                    name, dims_text(gc.dims), cand.label(), dims_text(gr.dims), ref.label()));
     if (rows >= 0 && gc.rows != rows)
       throw InputError(fmt::format("{} has {} tokens but {} has {}; every tensor of a comparison covers the same "

@@ -67,9 +67,9 @@ Handle open_file_read_only(const std::string& path);
 // meant; a virtual dataset over a missing file reads as its fill value. The next two say, as the end of a
 // sentence, why the object at `path` (or `dataset`) is refused; std::nullopt when it is not.
 //
-// An external link: "an external link to other.h5:/x, which mhcdiff does not follow …". HDF5's external-link class
-// is replaced in this process by one that refuses to traverse, so no HDF5 call (a path lookup, an iteration) can
-// open the file such a link names; H5Lget_val still reads the link's target.
+// An external link: "an external link to other.h5:/x, which mhcdiff does not follow …". mhcdiff's lookups pass
+// local_links() and its siblings, whose callback refuses to traverse, so none of them (a path lookup, an iteration)
+// can open the file such a link names; H5Lget_val still reads the link's target.
 std::optional<std::string> external_link_target(hid_t location, const std::string& path);
 // External raw storage (H5Pset_external), or a virtual dataset with a source in another file.
 std::optional<std::string> stored_outside_file(hid_t dataset);
