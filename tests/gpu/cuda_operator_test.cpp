@@ -346,10 +346,7 @@ void plant_stream32_extremes(Inputs& in, std::mt19937_64& rng) {
 
 TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  int device = 0, sms = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
-  const int64_t S = 12 * int64_t(sms) + 37;  // the compact kernel's many-token configuration
+  const int64_t S = cuda::compact_backward_min_tokens() + 37;  // the compact kernel (stream32's base) runs
   std::mt19937_64 rng(1700);
   for (const char* variant : {"stream32", "stream32-deferred"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
@@ -379,7 +376,8 @@ TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
   for (const int H : {4, 2, 1})
     for (const int64_t D : {4096, 1032, 136}) {
       if (H != 4 && D == 1032) continue;
-      const int64_t S = 2 * 1024 + 37, rows = (S + 1) / 2;  // forward_exact_grid's block rows
+      // Block rows loop over tokens (two each here: forward_exact_grid's rows are (S + 1) / 2).
+      const int64_t S = 2 * cuda::exact_forward_looping_min_tokens() + 37, rows = (S + 1) / 2;
       Inputs in = random_inputs(Shape{S, H, D}, 1800 + D + H, D == 136, false);
       Inputs planted = random_inputs(Shape{8, H, D}, 1900 + D + H);
       plant_midpoints(planted);

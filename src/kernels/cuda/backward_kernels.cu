@@ -905,8 +905,7 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    constexpr int kCompactWaveTokens = kCompactBlocks * kBackwardWarps;
-    if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count()) {
+    if (in.shape.S >= compact_backward_min_tokens()) {
       // The waiting pairs hold d in 32 bits.
       if (in.shape.D < (int64_t{1} << 31)) {
         if (stream32 == Stream32::retest_each_step)
@@ -996,6 +995,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 }
 
 bool backward_stream32_requested() { return requested_stream32() != Stream32::off; }
+
+int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   BackwardOutputs aligned_out;

@@ -726,6 +726,8 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
 
 bool forward_prefetch_requested() { return requested_forward_prefetch() != ForwardPrefetch::off; }
 
+int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }
+
 const char* forward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   ForwardOutputs aligned_out;  // the caller's outputs are cudaMalloc'ed: aligned
   return forward_is_specialised(pd, in, aligned_out) ? "specialised" : "generic";

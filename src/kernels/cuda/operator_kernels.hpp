@@ -46,6 +46,12 @@ bool backward_stream32_requested();
 // unless set.
 bool forward_prefetch_requested();
 
+// Where the experiments' kernels run, for their GPU tests to check they reach them: the compact exact backward
+// (stream32's base) from this many tokens on (H = 4, this device), and the exact forward's block rows loop over
+// tokens (where prefetching the next one can matter) from this many on.
+int64_t compact_backward_min_tokens();
+int64_t exact_forward_looping_min_tokens();
+
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
 // with 16-byte aligned rows) or "generic" (any description, any H, any D). Tests cover both.
 const char* forward_kernel_family(const PolicyDesc& pd, const InputsView& in);
