@@ -9,6 +9,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "io_test_util.hpp"
+
 namespace {
 
 struct Result {
@@ -76,7 +78,7 @@ TEST_F(CliInvestigate, FingerprintExitsWith1WhenNothingMatches) {
   const Result refused = mhcdiff_with_stderr("fingerprint " + path("in.h5") + " " + path("other_res.h5"));
   EXPECT_EQ(refused.code, 2);
   EXPECT_NE(refused.out.find("computed from other inputs than"), std::string::npos) << refused.out;
-  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no h5py";
+  if (!mhc::testing::python_can_import("h5py")) GTEST_SKIP() << "no h5py";
   ASSERT_TRUE(strip_provenance(path("other_res.h5"), path("other_dump.h5")));
   const Result r = mhcdiff("fingerprint " + path("in.h5") + " " + path("other_dump.h5"));
   EXPECT_EQ(r.code, 1) << r.out;
@@ -87,7 +89,7 @@ TEST_F(CliInvestigate, FingerprintExitsWith1WhenNothingMatches) {
 TEST_F(CliInvestigate, FingerprintFindsTheTransposedComb) {
   // The bug class of NeMo Automodel #2154 / Megatron-LM #4957: a kernel that read comb as [s, dst, src].
   // Made here by running fp32-seeded on a copy of the inputs whose comb is transposed (h5py does the copy).
-  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no h5py";
+  if (!mhc::testing::python_can_import("h5py")) GTEST_SKIP() << "no h5py";
   const std::string copy = path("in_t.h5");
   ASSERT_EQ(std::system(("/usr/bin/python3 -c \"import h5py, shutil; shutil.copy('" + path("in.h5") + "', '" + copy +
                          "'); f = h5py.File('" + copy + "', 'r+'); c = f['inputs/comb'][()]; "

@@ -25,6 +25,7 @@ using testing::CliResult;
 using testing::RawFile;
 using testing::TempDir;
 using testing::run_cli;
+using testing::set_root_string_attribute;
 
 // Exit 2, nothing on stdout, one line on stderr holding every needle.
 void expect_input_error(const CliResult& r, const std::vector<std::string>& needles, const std::string& what) {
@@ -44,14 +45,6 @@ std::vector<uint16_t> read_out_bits(const std::string& path, const std::string& 
 void write_out_dump(const std::string& path, const std::vector<hsize_t>& dims, const std::vector<uint16_t>& bits) {
   RawFile f(path);
   f.bf16("/results/mine/out", dims, bits);
-}
-
-void set_root_string_attribute(const std::string& path, const char* name, const char* value) {
-  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(file, 0) << path;
-  if (H5Aexists(file, name) > 0) H5Adelete(file, name);
-  testing::raw_string_attribute(file, name, value);
-  H5Fclose(file);
 }
 
 void delete_root_attribute(const std::string& path, const char* name) {

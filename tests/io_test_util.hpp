@@ -201,6 +201,21 @@ class SmallTmpfs {
   bool mounted_ = false;
 };
 
+// Sets (or replaces) a root string attribute of an existing file: a hand-edited golden file or input.
+inline void set_root_string_attribute(const std::string& path, const char* name, const char* value) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  if (H5Aexists(file, name) > 0) H5Adelete(file, name);
+  raw_string_attribute(file, name, value);
+  H5Fclose(file);
+}
+
+// Whether /usr/bin/python3 can import `module`: the independent reference checks that need it (json, h5py) skip,
+// and say so, where it cannot (scripts/install-deps.sh installs both, so CI runs them).
+inline bool python_can_import(const std::string& module) {
+  return std::system(("/usr/bin/python3 -c 'import " + module + "' > /dev/null 2>&1").c_str()) == 0;
+}
+
 #ifdef MHCDIFF_BINARY
 // The built CLI, run in `dir` with stdin from /dev/null; `shell_prefix` runs before the binary in the same shell
 // (a resource limit, a `timeout`).

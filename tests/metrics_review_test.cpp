@@ -121,12 +121,10 @@ compare::TensorReport f64_far_tensor() {
   return t;
 }
 
-bool have_python() { return std::system("/usr/bin/python3 -c 'import json' > /dev/null 2>&1") == 0; }
-
 // A binary64 |C−R| or |C−R|/|R| beyond the largest double is "inf" in JSON (docs/report-schema.md's convention
 // for non-finite metrics); the schema must accept what the writer writes.
 TEST(MetricsReview, JsonOfADifferenceBeyondBinary64Validates) {
-  if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 not available";
+  if (!testing::python_can_import("json")) GTEST_SKIP() << "/usr/bin/python3 not available";
   compare::CompareReport r;
   r.tool_version = "test";
   r.mode = "compare";

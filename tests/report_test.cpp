@@ -17,6 +17,7 @@
 #include "report/json_writer.hpp"
 #include "report/numbers.hpp"
 #include "report/report.hpp"
+#include "io_test_util.hpp"
 
 namespace mhc {
 namespace {
@@ -293,8 +294,6 @@ TEST(JsonWriter, EscapesEveryControlCharacterQuoteAndBackslash) {
   EXPECT_EQ(j.str(), "[\n  \"inf\",\n  -0,\n  1e-300,\n  0.1\n]\n");
 }
 
-bool have_python() { return std::system("/usr/bin/python3 -c 'import json' > /dev/null 2>&1") == 0; }
-
 // A scratch directory removed when the test ends.
 struct ScratchDir {
   std::filesystem::path path =
@@ -313,7 +312,7 @@ struct ScratchDir {
 // A second JSON implementation (Python's) must parse the report, and it must validate against the documented
 // schema; the hostile candidate name must round-trip exactly.
 TEST(JsonReport, ValidatesAgainstTheDocumentedSchema) {
-  if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 not available";
+  if (!testing::python_can_import("json")) GTEST_SKIP() << "/usr/bin/python3 not available";
   const ScratchDir scratch;
   for (bool failing : {false, true}) {
     const CompareReport r = sample_report(failing);
@@ -334,7 +333,7 @@ TEST(JsonReport, ValidatesAgainstTheDocumentedSchema) {
 }
 
 TEST(JunitReport, IsWellFormedWithOneCasePerTensorAndGate) {
-  if (!have_python()) GTEST_SKIP() << "/usr/bin/python3 not available";
+  if (!testing::python_can_import("json")) GTEST_SKIP() << "/usr/bin/python3 not available";
   const ScratchDir scratch;
   const CompareReport r = sample_report(true);
   const auto doc = scratch.write("report.xml", report::render_junit(r));
