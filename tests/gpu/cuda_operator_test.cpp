@@ -344,25 +344,37 @@ void plant_stream32_extremes(Inputs& in, std::mt19937_64& rng) {
   }
 }
 
+// One backward experiment variant (MHCDIFF_CUDA_BACKWARD=variant) against the CPU on the compact kernel's inputs.
+void expect_backward_experiment_matches_cpu(const char* variant, bool (*requested)()) {
+  const int64_t S = cuda::compact_backward_min_tokens() + 37;  // the compact kernel (the experiments' base) runs
+  std::mt19937_64 rng(1700);
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
+  ASSERT_TRUE(requested()) << variant;
+  for (const int64_t D : {1032, 4096, 136})
+    for (bool wide : {false, true}) {
+      Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
+      plant_midpoints(in);
+      plant_stream32_extremes(in, rng);
+      expect_exact_without_twins_identical(in, fmt::format("{}, S={} D={} wide={}", variant, S, D, wide));
+    }
+  Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
+  in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
+  in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
+  expect_exact_without_twins_identical(in, fmt::format("{}, non-finite", variant));
+}
+
 TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const int64_t S = cuda::compact_backward_min_tokens() + 37;  // the compact kernel (stream32's base) runs
-  std::mt19937_64 rng(1700);
-  for (const char* variant : {"stream32", "stream32-deferred"}) {
-    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
-    ASSERT_TRUE(cuda::backward_stream32_requested()) << variant;
-    for (const int64_t D : {1032, 4096, 136})
-      for (bool wide : {false, true}) {
-        Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
-        plant_midpoints(in);
-        plant_stream32_extremes(in, rng);
-        expect_exact_without_twins_identical(in, fmt::format("{}, S={} D={} wide={}", variant, S, D, wide));
-      }
-    Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
-    in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
-    in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-    expect_exact_without_twins_identical(in, fmt::format("{}, non-finite", variant));
-  }
+  for (const char* variant : {"stream32", "stream32-deferred"})
+    expect_backward_experiment_matches_cpu(variant, cuda::backward_stream32_requested);
+}
+
+// The split experiment (MHCDIFF_CUDA_BACKWARD=split): the compact kernel's ∂x / ∂residual and dot products in two
+// warps of a token, on the same inputs (its non-finite slab runs it too: it needs no finite inputs).
+TEST(CudaOperator, SplitBackwardExperimentMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  expect_backward_experiment_matches_cpu("split", cuda::backward_split_requested);
+  EXPECT_FALSE(cuda::backward_split_requested());  // the switch is restored
 }
 
 // The exact forward's experiment variants (MHCDIFF_CUDA_FORWARD, forward_kernels.cu): each block row loops over

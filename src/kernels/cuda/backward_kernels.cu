@@ -707,6 +707,216 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
   }
 }
 
+// ---- Experiment "split": the compact exact backward's two halves in two warps of a token ---------------------
+// Not the default: selected with MHCDIFF_CUDA_BACKWARD=split (H = 4, where the compact kernel runs) until a device
+// run measures it against that kernel (docs/performance.md, "What is still open"). The compact kernel holds a
+// token's 20 dot-product partials, its gradient values widened for the five rows and the ∂x / ∂residual chains in
+// one warp: 168 registers, twelve warps per multiprocessor, about 55 % of issue slots used (ncu, s9-6). Here warp
+// 2t of a block computes token t's ∂x and ∂residual (it reads the gradient rows only) and warp 2t + 1 its dot
+// products (the stream rows and the gradient rows again, from L2: both warps walk the token at about the same
+// pace), each with its own ring, no barrier between them. Every value is computed by the compact kernel's
+// functions in the same order (a dot partial still runs over the lane's canonical chunks in ascending d), so the
+// bits cannot differ; what may change is the number of warps a multiprocessor keeps.
+constexpr int kSplitTokens = 2;  // per block: warps 2t (stream gradients) and 2t + 1 (dot products)
+constexpr int kSplitWarps = 2 * kSplitTokens;
+inline constexpr int kSplitBlocks = 4;
+// Per token: the stream warp's ring holds the H gradient rows, the dot warp's the H + 1 stream rows and the H
+// gradient rows.
+constexpr size_t split_stream_ring_slots(int H) { return size_t(kStages) * H * kReduceLanes; }
+constexpr size_t split_dot_ring_slots(int H) { return size_t(kStages) * (2 * H + 1) * kReduceLanes; }
+constexpr size_t split_ring_bytes(int H) {
+  return kSplitTokens * (split_stream_ring_slots(H) + split_dot_ring_slots(H)) * sizeof(uint4);
+}
+
+bool requested_split() {
+  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"split", true}}, false);
+}
+
+// The steps (chunks j = lane + 32·i) of a lane over D, and the copies of step i's `rows` rows (rows[r] + d) into
+// the lane's ring slots of stage i mod kStages (ring: the lane's first slot).
+__device__ __forceinline__ int64_t lane_steps(int64_t D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t chunks = D / kChunk;
+  return chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
+}
+
+template <int kRows, class Row>
+__device__ __forceinline__ void fetch_step(uint4* ring, Row row, int64_t i) {
+  uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
+  const int64_t d0 = ((threadIdx.x & 31) + kReduceLanes * i) * kChunk;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) copy16_async(slot + r * kReduceLanes, row(r) + d0);
+}
+
+// The stream warp's token s: ∂x and ∂residual by the binary64 filter, as the compact kernel computes them
+// (fast_element's exact branch); `weights`: the token's R·H weights widened and its rows' filter weight bounds,
+// written by lane 0.
+template <int H>
+__device__ __forceinline__ void split_stream_token(const InputsView& in, const BackwardOutputs& out,
+                                                   const FallbackList& fb, int64_t s, uint4* ring, double* weights) {
+  constexpr int R = H + 1;
+  const int lane = threadIdx.x & 31;
+  const int64_t D = in.shape.D;
+  const int64_t steps = lane_steps(D);
+  const bf16_bits* const grad = in.grad_out + s * H * D;
+  const auto rows = [&](int ho) { return grad + ho * D; };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < steps) fetch_step<H>(ring, rows, i);
+    commit_copies();
+  }
+  __syncwarp();  // the previous token's weights are read
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float* src = r == 0 ? in.post + s * H : in.comb + (s * H + r - 1) * H;
+      float w[H];
+#pragma unroll
+      for (int ho = 0; ho < H; ++ho) weights[r * H + ho] = w[ho] = __ldg(src + ho);
+      weights[R * H + r] = stream_error_weight(w, H);
+    }
+  }
+  __syncwarp();
+  for (int64_t i = 0; i < steps; ++i) {
+    if (i + kStages - 1 < steps) fetch_step<H>(ring, rows, i + kStages - 1);
+    commit_copies();
+    wait_copies<kStages - 1>();
+    const uint4* slot = ring + (i % kStages) * H * kReduceLanes;
+    const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
+    Chunk gc[H];
+    uint32_t pairs = 0;
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) {
+      gc[ho] = chunk_from(slot[ho * kReduceLanes]);
+      pairs = max_magnitude_pairs(gc[ho], pairs);
+    }
+    const double max_value = float_from_bits(max_pair_word(pairs));
+    uint32_t declined = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      bf16_bits* dst = r == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + r - 1) * D + d0;
+      const double error = exact_error(weights[R * H + r], max_value);
+      Chunk oc, lower;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        double gw[H];
+#pragma unroll
+        for (int ho = 0; ho < H; ++ho) gw[ho] = chunk_elem(gc[ho], e);
+        bf16_bits lo, hi;
+        stream_grad_exact_chain(&weights[r * H], gw, H).bounds(error, lo, hi);
+        chunk_set(oc, e, hi);
+        chunk_set(lower, e, lo);
+        if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
+      }
+      store_chunk<true>(dst, kChunk, oc);
+    }
+    if (declined != 0) finish_stream_grad_step(in, out, fb, s, 0, R, d0, slot);
+  }
+}
+
+// The dot warp's token s: the R·H dot-product partials over the lane's canonical chunks, bounded per lane
+// (ExactDotFilter::lane_bound), settled by settle_dots_exact as the compact kernel does. Per step the chunks of
+// the R stream rows are held and each gradient value is widened once, for the R rows that multiply it.
+template <int H>
+__device__ __forceinline__ void split_dot_token(const InputsView& in, const BackwardOutputs& out,
+                                                const FallbackList& fb, int64_t s, uint4* ring) {
+  constexpr int R = H + 1;
+  constexpr int kRows = R + H;
+  const int lane = threadIdx.x & 31;
+  const int64_t D = in.shape.D;
+  const int64_t steps = lane_steps(D);
+  const bf16_bits* const x = in.x + s * D;
+  const bf16_bits* const residual = in.residual + s * H * D;
+  const bf16_bits* const grad = in.grad_out + s * H * D;
+  // Row r < R: x, residual[r - 1]; row R + ho: grad_out[ho].
+  const auto rows = [&](int r) { return r == 0 ? x : r < R ? residual + (r - 1) * D : grad + (r - R) * D; };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < steps) fetch_step<kRows>(ring, rows, i);
+    commit_copies();
+  }
+  ExactDotFilter acc[R][H];
+  uint32_t lane_pairs[H];  // the lane's largest gradient magnitude per row (bf16 pairs)
+  float value_sum[R];      // Σ|stream value| per row
+#pragma unroll
+  for (int ho = 0; ho < H; ++ho) lane_pairs[ho] = 0;
+#pragma unroll
+  for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
+  for (int64_t i = 0; i < steps; ++i) {
+    if (i + kStages - 1 < steps) fetch_step<kRows>(ring, rows, i + kStages - 1);
+    commit_copies();
+    wait_copies<kStages - 1>();
+    const uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
+    Chunk gc[H], bc[R];
+#pragma unroll
+    for (int ho = 0; ho < H; ++ho) {
+      gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
+      lane_pairs[ho] = __vmaxu2(lane_pairs[ho], max_magnitude_pairs(gc[ho], 0));
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) bc[r] = chunk_from(slot[r * kReduceLanes]);
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      double gw[H];
+#pragma unroll
+      for (int ho = 0; ho < H; ++ho) gw[ho] = chunk_elem(gc[ho], e);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        value_sum[r] = add_rn32(value_sum[r], std::fabs(chunk_elem(bc[r], e)));
+        const double bw = chunk_scaled(bc[r], e);
+#pragma unroll
+        for (int ho = 0; ho < H; ++ho) acc[r][ho].add_term(gw[ho], bw);
+      }
+    }
+  }
+  static_assert(DotScratch<R * H>::kBytes <= split_dot_ring_slots(H) * sizeof(uint4),
+                "the transposed partials fit in the warp's ring");
+  const DotScratch<R * H> scratch(ring - lane);
+  __syncwarp();  // every lane has read its last ring slots
+#pragma unroll
+  for (int i = 0; i < R * H; ++i) {
+    const int r = i / H, ho = i % H;
+    acc[r][ho].bound = ExactDotFilter::lane_bound(float_from_bits(max_pair_word(lane_pairs[ho])), value_sum[r]);
+    acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
+    scratch.put(lane, i, acc[r][ho]);
+  }
+  settle_dots_exact<H, R * H>(in, out, fb, s, 0, scratch, dot_filter_depth(D));
+}
+
+template <int H>
+__global__ void __launch_bounds__(kSplitWarps * 32, kSplitBlocks)
+    backward_split_kernel(InputsView in, BackwardOutputs out, FallbackList fb) {
+  constexpr int R = H + 1;
+  extern __shared__ uint4 ring_memory[];
+  __shared__ double weights[kSplitTokens][R * H + R];
+  const int warp = threadIdx.x / 32, token = warp / 2;
+  const bool dots = warp % 2 != 0;
+  uint4* const ring = ring_memory + token * (split_stream_ring_slots(H) + split_dot_ring_slots(H)) +
+                      (dots ? split_stream_ring_slots(H) : 0) + (threadIdx.x & 31);
+  for (int64_t s = int64_t(blockIdx.x) * kSplitTokens + token; s < in.shape.S; s += int64_t(gridDim.x) * kSplitTokens) {
+    if (dots) split_dot_token<H>(in, out, fb, s, ring);
+    else split_stream_token<H>(in, out, fb, s, ring, weights[token]);
+  }
+}
+
+template <int H>
+void launch_backward_split_kernel(const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                                  cudaStream_t stream) {
+  constexpr size_t bytes = split_ring_bytes(H);
+  const auto kernel = backward_split_kernel<H>;
+  // The rings of kSplitBlocks blocks need more shared memory than the default carveout may leave.
+  static const bool configured = [&] {
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    return true;
+  }();
+  (void)configured;
+  const int64_t token_blocks = (in.shape.S + kSplitTokens - 1) / kSplitTokens;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
+  kernel<<<blocks, kSplitWarps * 32, bytes, stream>>>(in, out, fb);
+  MHC_CUDA_CHECK_LAUNCH();
+}
+
 // ---- Backward, generic: one block per token, tiles staged in shared memory --------------------------------
 // For any description, H, D and the exact policy. A tile is 32 canonical chunks (256 d) of x, the H residual
 // rows and the H grad_out rows, as floats in shared memory. The block's warps share the H + H·H dot
@@ -906,6 +1116,7 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {
+      if (requested_split()) return launch_backward_split_kernel<H>(in, out, fb, stream);
       // The waiting pairs hold d in 32 bits.
       if (in.shape.D < (int64_t{1} << 31)) {
         if (stream32 == Stream32::retest_each_step)
@@ -995,6 +1206,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 }
 
 bool backward_stream32_requested() { return requested_stream32() != Stream32::off; }
+
+bool backward_split_requested() { return requested_split(); }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 

@@ -41,13 +41,16 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // docs/performance.md "What is still open"): the compact exact backward's ∂x / ∂residual by a binary32 first
 // test. Off unless set; finite inputs only.
 bool backward_stream32_requested();
+// The experiment switch MHCDIFF_CUDA_BACKWARD=split (backward_kernels.cu, same section): the compact exact
+// backward's ∂x / ∂residual and its dot products in two warps of a token. Off unless set; any inputs.
+bool backward_split_requested();
 // The experiment switch MHCDIFF_CUDA_FORWARD=prefetch-l2 or prefetch-registers (forward_kernels.cu, same
 // section of docs/performance.md): the exact forward at H <= 4 requests the next token's rows earlier. Off
 // unless set.
 bool forward_prefetch_requested();
 
 // Where the experiments' kernels run, for their GPU tests to check they reach them: the compact exact backward
-// (stream32's base) from this many tokens on (H = 4, this device), and the exact forward's block rows loop over
+// (stream32's base, and where split runs) from this many tokens on (H = 4, this device), and the exact forward's block rows loop over
 // tokens (where prefetching the next one can matter) from this many on.
 int64_t compact_backward_min_tokens();
 int64_t exact_forward_looping_min_tokens();
