@@ -5,11 +5,10 @@
 #   usage: scripts/gpu-check.sh            (from the repository root, on a machine with an NVIDIA GPU)
 #   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1  ARCHS=90-real (quicker build)
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
-#          AB_STREAM32=1: also time the exact backward with MHCDIFF_CUDA_BACKWARD unset, =split, =stream32 and
-#          =stream32-deferred (three alternating rounds, medians summarised, docs/performance.md "What is still
-#          open") and sanitize their GPU test; AB_PREFETCH=1: the same for the exact forward and
-#          MHCDIFF_CUDA_FORWARD=prefetch-l2 / prefetch-registers. Every stage is bounded (TESTS_TIMEOUT,
-#          BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT, TORCH_TIMEOUT)
+#          AB_PREFETCH=1: also time the exact forward with MHCDIFF_CUDA_FORWARD unset and each variant
+#          (three alternating rounds, medians summarised, docs/performance.md) and sanitize its GPU test.
+#          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
+#          TORCH_TIMEOUT)
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -93,12 +92,8 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
     2>>"$OUT/bench.log"
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
-  # The backward first: it misses its target by more.
-  if [[ -n "${AB_STREAM32:-}" ]]; then
-    ab_experiment backward MHCDIFF_CUDA_BACKWARD bwd split stream32 stream32-deferred
-  fi
   if [[ -n "${AB_PREFETCH:-}" ]]; then
-    ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd prefetch-l2 prefetch-registers
+    ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd prefetch-l2 quads prefetch-l2-quads
   fi
 fi
 
@@ -119,7 +114,6 @@ sanitize() {  # sanitize NAME TOOL GTEST_FILTER
 }
 if [[ -z "${SKIP_SANITIZER:-}" ]]; then
   for tool in memcheck racecheck; do
-    [[ -n "${AB_STREAM32:-}" ]] && sanitize backward $tool 'CudaOperator.Split*:CudaOperator.Stream32BackwardExperimentMatchesCpu'
     [[ -n "${AB_PREFETCH:-}" ]] && sanitize prefetch $tool 'CudaOperator.PrefetchForwardExperimentMatchesCpu'
   done
 fi

@@ -300,15 +300,7 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
   expect_exact_without_twins_identical(in, "non-finite, S=1700 H=4");
 }
 
-// The stream32 experiment (MHCDIFF_CUDA_BACKWARD=stream32 or stream32-deferred; backward_kernels.cu,
-// docs/performance.md "What is still open"): the compact exact backward's ∂x / ∂residual by a binary32 first
-// test, the owner lane's retest (after each step, or deferred to the token's end) and the warp's rounds. Off by
-// default; tested here so that a device session times only a variant that already matches the CPU bit for bit.
-// The compact kernel runs from 12 tokens per multiprocessor, so S is taken from the device. D = 1032 gives the
-// lanes different step counts and D = 136 leaves 15 lanes without a step; the planted tokens decline whole
-// chunks (token 7: every element a bf16 tie, more pairs than a lane's slots), token 9's binary32 chains
-// overflow while the exact sums are 0, token 10's sums are bf16 subnormals and token 11's products reach the
-// bound's overflow guard; a slab with a NaN or an infinity must keep the binary64 filter.
+// Sets an environment variable for a scope (the experiment switches), restoring it afterwards.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
@@ -325,57 +317,6 @@ class ScopedEnv {
   std::string old_;
   bool had_ = false;
 };
-
-void plant_stream32_extremes(Inputs& in, std::mt19937_64& rng) {
-  const int64_t D = in.shape.D;
-  std::uniform_int_distribution<int> mantissa(0, 127), sign(0, 1);
-  for (int h = 0; h < 4; ++h) {
-    in.post[9 * 4 + h] = h % 2 ? -2.0f : 2.0f;
-    for (int k = 0; k < 4; ++k) in.comb[(9 * 4 + k) * 4 + h] = h % 2 ? -2.0f : 2.0f;
-  }
-  for (int64_t i = 0; i < 4 * D; ++i) {
-    in.grad_out[9 * 4 * D + i] = 0x7f7f;  // the largest finite bf16
-    in.grad_out[10 * 4 * D + i] = static_cast<bf16_bits>(sign(rng) << 15 | (1 + mantissa(rng)) % 128);  // subnormal
-    in.grad_out[11 * 4 * D + i] = static_cast<bf16_bits>(sign(rng) << 15 | (127 + 100) << 7 | mantissa(rng));  // ~2^100
-  }
-  for (int h = 0; h < 4; ++h) {
-    in.post[11 * 4 + h] = 0x1p20f * float(h + 1);
-    for (int k = 0; k < 4; ++k) in.comb[(11 * 4 + k) * 4 + h] = (k + h) % 2 ? 0x1p24f : -0x1p23f;
-  }
-}
-
-// One backward experiment variant (MHCDIFF_CUDA_BACKWARD=variant) against the CPU on the compact kernel's inputs.
-void expect_backward_experiment_matches_cpu(const char* variant, bool (*requested)()) {
-  const int64_t S = cuda::compact_backward_min_tokens() + 37;  // the compact kernel (the experiments' base) runs
-  std::mt19937_64 rng(1700);
-  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
-  ASSERT_TRUE(requested()) << variant;
-  for (const int64_t D : {1032, 4096, 136})
-    for (bool wide : {false, true}) {
-      Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
-      plant_midpoints(in);
-      plant_stream32_extremes(in, rng);
-      expect_exact_without_twins_identical(in, fmt::format("{}, S={} D={} wide={}", variant, S, D, wide));
-    }
-  Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
-  in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
-  in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-  expect_exact_without_twins_identical(in, fmt::format("{}, non-finite", variant));
-}
-
-TEST(CudaOperator, Stream32BackwardExperimentMatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  for (const char* variant : {"stream32", "stream32-deferred"})
-    expect_backward_experiment_matches_cpu(variant, cuda::backward_stream32_requested);
-}
-
-// The split experiment (MHCDIFF_CUDA_BACKWARD=split): the compact kernel's ∂x / ∂residual and dot products in two
-// warps of a token, on the same inputs (its non-finite slab runs it too: it needs no finite inputs).
-TEST(CudaOperator, SplitBackwardExperimentMatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  expect_backward_experiment_matches_cpu("split", cuda::backward_split_requested);
-  EXPECT_FALSE(cuda::backward_split_requested());  // the switch is restored
-}
 
 // The exact forward's experiment variants (MHCDIFF_CUDA_FORWARD, forward_kernels.cu): each block row loops over
 // tokens only from 1024 tokens on (forward_exact_grid), so S is past that, and plant_midpoints' tokens (ties that
@@ -403,7 +344,7 @@ TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
       PolicyResult cpu;
       allocate_result(cpu, in.shape, true, false);
       forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
-      for (const char* variant : {"prefetch-l2", "prefetch-registers"}) {
+      for (const char* variant : {"prefetch-l2", "prefetch-registers", "quads", "prefetch-l2-quads"}) {
         const ScopedEnv env("MHCDIFF_CUDA_FORWARD", variant);
         ASSERT_TRUE(cuda::forward_prefetch_requested()) << variant;
         PolicyResult gpu;

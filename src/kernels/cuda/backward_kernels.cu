@@ -209,134 +209,6 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
   }
 }
 
-// ---- Experiment "stream32": ∂x / ∂residual of the compact exact kernel by a binary32 first test -------------
-// Not the default: selected with MHCDIFF_CUDA_BACKWARD=stream32 (or stream32-deferred) for slabs whose inputs are
-// all finite, until a device run measures it against the binary64 filter (docs/performance.md, "What is still
-// open"). Each sum Σ_ho w[ho]·g[ho] runs the exact forward's binary32 chain and interval test (ExactBf16Filter32,
-// the a-priori bound from the row's weights and the step's largest |g|); the owner lane retests what that
-// declines with the chain bounded by its own partial sums (as retest_declined in forward_kernels.cu), either
-// after each step or, deferred, at the token's end; the pairs still declined are finished by the warp at the
-// token's end, two lanes per pair (the binary64 test, then the certified path). Until then a lane's pairs wait
-// in its own slots: the main loop has no warp-collective step, as its trip count differs by lane when D / 8 is
-// not a multiple of 32. scripts/sim_backward_declines.py has the rates: the first test declines a pair in 6.7 %
-// of lane-steps (89 % of warp-steps), which is what the deferred retest saves a divergent call on.
-enum class Stream32 { off, retest_each_step, retest_at_token_end };
-
-constexpr int kPairsPerChunk = kChunk / 2;
-// A waiting pair: its stream row, the d of its first element, and its words of the H gradient rows.
-template <int H>
-inline constexpr int kStreamSlotWords = 2 + H;
-// Waiting pairs per lane and token: after the retest about 0.16 on the bench's data at H = 4, before it about
-// 1.1 (more than four in 0.65 % of lane-tokens). A lane with more finishes the rest itself.
-template <Stream32 V>
-inline constexpr int kStreamListSlots = V == Stream32::retest_at_token_end ? 4 : 2;
-
-Stream32 requested_stream32() {
-  return experiment_switch(
-      "MHCDIFF_CUDA_BACKWARD",
-      {{"stream32", Stream32::retest_each_step}, {"stream32-deferred", Stream32::retest_at_token_end}}, Stream32::off);
-}
-
-template <int H>
-__device__ __forceinline__ void fill_stream_slot(uint32_t* slot, int row, int64_t d, const uint32_t* words) {
-  slot[0] = static_cast<uint32_t>(row);
-  slot[1] = static_cast<uint32_t>(d);
-#pragma unroll
-  for (int ho = 0; ho < H; ++ho) slot[2 + ho] = words[ho];
-}
-
-// The retest of one pair (its H gradient words; `w`: its row's weights): the chains of both elements, each step
-// bounded by its own partial sum; the pair is proven when lo == hi, and hi holds its two bf16 results. Finite
-// inputs only (a NaN would make the bound NaN and both ends of the interval equal).
-template <int H>
-__device__ __forceinline__ void retest_stream_pair(const float* w, const uint32_t* words, uint32_t& lo, uint32_t& hi) {
-  ExactBf16Filter32 f[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    f[half].e = exact_error32(0.0f, 0.0f);  // no head: 2^-145
-#pragma unroll
-    for (int ho = 0; ho < H; ++ho) {
-      const float g = bf16_to_float(static_cast<bf16_bits>(words[ho] >> (16 * half)));
-      if (ho == 0) f[half].first(w[0], g);
-      else f[half].add(w[ho], g);
-      f[half].bound_step();
-    }
-  }
-  ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
-}
-
-// Both results of a pair of stream row `row` at d (even), as one word.
-template <int H>
-__device__ __forceinline__ void store_stream_pair(const BackwardOutputs& out, int64_t s, int64_t D, int row, int64_t d,
-                                                  uint32_t word) {
-  bf16_bits* base = row == 0 ? out.grad_x + s * D : out.grad_residual + (s * H + row - 1) * D;
-  *reinterpret_cast<uint32_t*>(base + d) = word;
-}
-
-// Element e (0 or 1) of a waiting pair of token s: the binary64 test, the certified path where that declines
-// too (listed for the host when even that cannot certify it); stored over the owner's element. `weights`: the
-// warp's rows' weights, row r at r·H.
-template <int H>
-__device__ __forceinline__ void finish_stream_element(const InputsView& in, const BackwardOutputs& out,
-                                                      const FallbackList& fb, int64_t s, const float* weights,
-                                                      const uint32_t* slot, int e) {
-  const int row = static_cast<int>(slot[0]);
-  const int64_t D = in.shape.D;
-  const int64_t d = int64_t(slot[1]) + e;
-  float w[H], g[H];
-#pragma unroll
-  for (int ho = 0; ho < H; ++ho) {
-    w[ho] = weights[row * H + ho];
-    g[ho] = bf16_to_float(static_cast<bf16_bits>(slot[2 + ho] >> (16 * e)));
-  }
-  const int64_t index = row == 0 ? s * D + d : (s * H + row - 1) * D + d;
-  bf16_bits b;
-  if (!stream_grad_exact_bf16(w, g, H, b)) {
-    const ExactRounded v = stream_grad_exact(w, g, H).result();
-    b = v.bf16();
-    if (!v.certified) push_fallback(fb, row == 0 ? FallbackKind::grad_x : FallbackKind::grad_residual, index);
-  }
-  (row == 0 ? out.grad_x : out.grad_residual)[index] = b;
-}
-
-// The pairs the first test declined in the owner lane's step at d0 (`declined`: bit kPairsPerChunk·r + j for
-// stream row r, pair j), out of line, with the gradient chunks read from the lane's ring slots (grad[ho · 32]),
-// as in finish_stream_grad_step (inlined, the main loop spilled 20 bytes). retest_each_step: each pair is
-// retested, stored when proven, else put in the lane's slots (`list`, `listed` of them taken; returns the new
-// count). retest_at_token_end: each pair goes to the slots as it is. Where the slots are taken, the pair is
-// retested and, if still declined, finished here.
-template <int H, Stream32 V>
-__device__ __noinline__ int take_declined_stream_pairs(const InputsView& in, const BackwardOutputs& out,
-                                                       const FallbackList& fb, int64_t s, int64_t d0,
-                                                       const float* weights, const uint4* grad, uint32_t declined,
-                                                       uint32_t* list, int listed) {
-  for (uint32_t m = declined; m != 0; m &= m - 1) {
-    const int bit = __ffs(m) - 1, r = bit / kPairsPerChunk, j = bit % kPairsPerChunk;
-    const int64_t d = d0 + 2 * j;
-    uint32_t words[H];
-#pragma unroll
-    for (int ho = 0; ho < H; ++ho) words[ho] = chunk_word(chunk_from(grad[ho * kReduceLanes]), j);
-    const bool slot_free = listed < kStreamListSlots<V>;
-    if (V == Stream32::retest_each_step || !slot_free) {
-      uint32_t lo, hi;
-      retest_stream_pair<H>(weights + r * H, words, lo, hi);
-      if (lo == hi) {
-        store_stream_pair<H>(out, s, in.shape.D, r, d, hi);
-        continue;
-      }
-    }
-    if (slot_free) {
-      fill_stream_slot<H>(list + listed++ * kStreamSlotWords<H>, r, d, words);
-    } else {
-      uint32_t own[kStreamSlotWords<H>];
-      fill_stream_slot<H>(own, r, d, words);
-      finish_stream_element<H>(in, out, fb, s, weights, own, 0);
-      finish_stream_element<H>(in, out, fb, s, weights, own, 1);
-    }
-  }
-  return listed;
-}
-
 // ---- Backward, specialised: warps per token, a cp.async ring in shared memory ------------------------------
 // A token's H + 1 stream rows (row 0: x, for ∂x and ∂post; row 1 + hi: residual[hi], for ∂residual[hi] and
 // ∂comb[hi, ·]) are shared by G warps (kTokenWarps), R = (H + 1) / G consecutive rows each; every warp also
@@ -428,12 +300,10 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, Stream32 V = Stream32::off>
+template <Mode M, int H, int G, class Pol, bool kCompact = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
-  constexpr bool kStream32 = V != Stream32::off;
-  static_assert(!kStream32 || (M == Mode::exact && kCompact && G == 1), "stream32 is a variant of the compact kernel");
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
@@ -497,20 +367,17 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
     if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
-    // kCompact: the warp's weights and its rows' filter weight bounds, written by lane 0: widened, with the
-    // binary64 filter's bounds (stream32: as they are, with the binary32 test's).
+    // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0.
     constexpr bool kSharedRowWeights = M == Mode::exact && kCompact;
-    using RowWeight = std::conditional_t<kStream32, float, double>;
-    __shared__ RowWeight row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
+    __shared__ double row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
     if constexpr (kSharedRowWeights) {
       __syncwarp();  // the previous token's are read
       if (lane == 0) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
-          for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = RowWeight(w[r][ho]);
-          if constexpr (kStream32) row_weights[warp][R * H + r] = exact_error32_weight(w[r], H);
-          else row_weights[warp][R * H + r] = error_weight[r];
+          for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = double(w[r][ho]);
+          row_weights[warp][R * H + r] = error_weight[r];
         }
       }
       __syncwarp();
@@ -525,12 +392,6 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
     }
 
-    // stream32: this lane's pairs waiting for the token's end, in its slots of stream_list.
-    constexpr int kLaneSlotWords = kStreamListSlots<V> * kStreamSlotWords<H>;
-    __shared__ uint32_t stream_list[kStream32 ? kWarps : 1][kStream32 ? kReduceLanes * kLaneSlotWords : 1];
-    uint32_t* const lane_list = kStream32 ? &stream_list[warp][lane * kLaneSlotWords] : nullptr;
-    int listed = 0;
-
     for (int64_t i = 0; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
       commit_copies();
@@ -540,10 +401,8 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       Chunk gc[H];
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
-      uint32_t declined = 0;  // exact: nonzero when the filter declined an element of this step (stream32: the
-                              // declined pairs, bit kPairsPerChunk·r + j)
+      uint32_t declined = 0;  // exact: nonzero when the filter declined an element of this step
       double max_value = 0.0;   // exact: the largest magnitude of the step's gradient values
-      float max_g = 0.0f;       // stream32: the same in binary32
       if constexpr (M == Mode::exact) {
         uint32_t pairs = 0;
 #pragma unroll
@@ -556,8 +415,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
             pairs = max_magnitude_pairs(gc[ho], pairs);
           }
         }
-        max_g = float_from_bits(max_pair_word(pairs));
-        max_value = max_g;
+        max_value = float_from_bits(max_pair_word(pairs));
       }
       // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
       // Gradient values are widened once (exact) for all the sums that read them.
@@ -568,112 +426,40 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         bf16_bits* dst = row == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + row - 1) * D + d0;
         double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
         if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
-        Chunk oc;
-        if constexpr (kStream32) {
-          // Pairs of elements by the binary32 test, the ends of both intervals packed (bounds_pair).
-          const float* w32 = &row_weights[warp][r * H];
-          const float error32 = exact_error32(row_weights[warp][R * H + r], max_g);
+        Chunk oc, lower;  // lower: the filter's lower roundings (exact), packed like oc
+        double error = 0.0;
+        if constexpr (M == Mode::exact)
+          error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
 #pragma unroll
-          for (int j = 0; j < kPairsPerChunk; ++j) {
-            ExactBf16Filter32 f[2];
+        for (int e = 0; e < kChunk; ++e) {
+          float g[H];
+          T gw[H];
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int e = 2 * j + half;
-              float g[H];
-#pragma unroll
-              for (int ho = 0; ho < H; ++ho) g[ho] = chunk_elem(gc[ho], e);
-              f[half].e = error32;
-              f[half].first(w32[0], g[0]);
-#pragma unroll
-              for (int ho = 1; ho < H; ++ho) f[half].add(w32[ho], g[ho]);
-              const float b = chunk_elem(bc, e);
-              const T bw = chunk_scaled(bc, e);
-              value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
-#pragma unroll
-              for (int ho = 0; ho < H; ++ho) acc[r][ho].add_term(T(g[ho]), bw);
-            }
-            uint32_t lo, hi;
-            ExactBf16Filter32::bounds_pair(f[1], f[0], lo, hi);
-            oc.w[j] = hi;
-            declined |= (lo != hi ? 1u : 0u) << (kPairsPerChunk * r + j);
+          for (int ho = 0; ho < H; ++ho) {
+            g[ho] = chunk_elem(gc[ho], e);
+            gw[ho] = T(g[ho]);
           }
-        } else {
-          Chunk lower;  // the filter's lower roundings (exact), packed like oc
-          double error = 0.0;
-          if constexpr (M == Mode::exact)
-            error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
-#pragma unroll
-          for (int e = 0; e < kChunk; ++e) {
-            float g[H];
-            T gw[H];
-#pragma unroll
-            for (int ho = 0; ho < H; ++ho) {
-              g[ho] = chunk_elem(gc[ho], e);
-              gw[ho] = T(g[ho]);
-            }
-            bf16_bits lo;
-            const float b = chunk_elem(bc, e);
-            const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
-            if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
-            if constexpr (kSharedRowWeights)
-              chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, &row_weights[warp][r * H], g, gw, b, bw, row == 0, acc[r],
-                                                             dst64 ? dst64 + e : nullptr, error, lo));
-            else
-              chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
-                                                             dst64 ? dst64 + e : nullptr, error, lo));
-            if constexpr (M == Mode::exact) {
-              chunk_set(lower, e, lo);
-              if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
-            }
+          bf16_bits lo;
+          const float b = chunk_elem(bc, e);
+          const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
+          if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
+          if constexpr (kSharedRowWeights)
+            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, &row_weights[warp][r * H], g, gw, b, bw, row == 0, acc[r],
+                                                           dst64 ? dst64 + e : nullptr, error, lo));
+          else
+            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
+                                                           dst64 ? dst64 + e : nullptr, error, lo));
+          if constexpr (M == Mode::exact) {
+            chunk_set(lower, e, lo);
+            if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
           }
         }
         store_chunk<true>(dst, kChunk, oc);
       }
-      // Declined elements. stream32: retested by the owner lane now or at the token's end (above). Otherwise
-      // rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
+      // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
       // in 10^4 on randn data): the step's elements are recomputed out of line over what was just stored, by
       // the filter with per-element bounds and, where it declines, the certified path.
-      if constexpr (kStream32) {
-        if (declined != 0)
-          listed = take_declined_stream_pairs<H, V>(in, out, fb, s, d0, &row_weights[warp][0],
-                                                    slot + R * kReduceLanes, declined, lane_list, listed);
-      } else if (declined != 0) {
-        finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
-      }
-    }
-    if constexpr (kStream32) {
-      // The warp's waiting pairs (retested first where that was deferred), finished together: the lanes are
-      // converged again here.
-      const float* const weights = &row_weights[warp][0];
-      uint32_t waiting = (1u << listed) - 1;  // bit k: slot k
-      if constexpr (V == Stream32::retest_at_token_end)
-        for (int k = 0; k < listed; ++k) {
-          const uint32_t* slot = lane_list + k * kStreamSlotWords<H>;
-          uint32_t lo, hi;
-          retest_stream_pair<H>(weights + slot[0] * H, slot + 2, lo, hi);
-          if (lo == hi) {
-            store_stream_pair<H>(out, s, D, static_cast<int>(slot[0]), slot[1], hi);
-            waiting &= ~(1u << k);
-          }
-        }
-      if (__any_sync(kFullMask, waiting != 0)) {
-        __shared__ uint32_t stream_staging[kWarps][kReduceLanes * kStreamSlotWords<H>];
-        uint32_t* const staging = stream_staging[warp];
-        auto finish = [&](int n) {
-          detail::finish_staged_pairs<kStreamSlotWords<H>>(n, staging, [&](const uint32_t* slot, int e) {
-            finish_stream_element<H>(in, out, fb, s, weights, slot, e);
-          });
-        };
-        const int staged = detail::stage_warp_pairs(
-            waiting, 0,
-            [&](int k, int i) {
-#pragma unroll
-              for (int word = 0; word < kStreamSlotWords<H>; ++word)
-                staging[i * kStreamSlotWords<H> + word] = lane_list[k * kStreamSlotWords<H> + word];
-            },
-            finish);
-        finish(staged);
-      }
+      if (declined != 0) finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
     }
     if constexpr (M == Mode::exact) {
       static_assert(DotScratch<R * H>::kBytes <= kStages * kRows * kReduceLanes * sizeof(uint4),
@@ -705,216 +491,6 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       }
     }
   }
-}
-
-// ---- Experiment "split": the compact exact backward's two halves in two warps of a token ---------------------
-// Not the default: selected with MHCDIFF_CUDA_BACKWARD=split (H = 4, where the compact kernel runs) until a device
-// run measures it against that kernel (docs/performance.md, "What is still open"). The compact kernel holds a
-// token's 20 dot-product partials, its gradient values widened for the five rows and the ∂x / ∂residual chains in
-// one warp: 168 registers, twelve warps per multiprocessor, about 55 % of issue slots used (ncu, s9-6). Here warp
-// 2t of a block computes token t's ∂x and ∂residual (it reads the gradient rows only) and warp 2t + 1 its dot
-// products (the stream rows and the gradient rows again, from L2: both warps walk the token at about the same
-// pace), each with its own ring, no barrier between them. Every value is computed by the compact kernel's
-// functions in the same order (a dot partial still runs over the lane's canonical chunks in ascending d), so the
-// bits cannot differ; what may change is the number of warps a multiprocessor keeps.
-constexpr int kSplitTokens = 2;  // per block: warps 2t (stream gradients) and 2t + 1 (dot products)
-constexpr int kSplitWarps = 2 * kSplitTokens;
-inline constexpr int kSplitBlocks = 4;
-// Per token: the stream warp's ring holds the H gradient rows, the dot warp's the H + 1 stream rows and the H
-// gradient rows.
-constexpr size_t split_stream_ring_slots(int H) { return size_t(kStages) * H * kReduceLanes; }
-constexpr size_t split_dot_ring_slots(int H) { return size_t(kStages) * (2 * H + 1) * kReduceLanes; }
-constexpr size_t split_ring_bytes(int H) {
-  return kSplitTokens * (split_stream_ring_slots(H) + split_dot_ring_slots(H)) * sizeof(uint4);
-}
-
-bool requested_split() {
-  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"split", true}}, false);
-}
-
-// The steps (chunks j = lane + 32·i) of a lane over D, and the copies of step i's `rows` rows (rows[r] + d) into
-// the lane's ring slots of stage i mod kStages (ring: the lane's first slot).
-__device__ __forceinline__ int64_t lane_steps(int64_t D) {
-  const int lane = threadIdx.x & 31;
-  const int64_t chunks = D / kChunk;
-  return chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
-}
-
-template <int kRows, class Row>
-__device__ __forceinline__ void fetch_step(uint4* ring, Row row, int64_t i) {
-  uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
-  const int64_t d0 = ((threadIdx.x & 31) + kReduceLanes * i) * kChunk;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) copy16_async(slot + r * kReduceLanes, row(r) + d0);
-}
-
-// The stream warp's token s: ∂x and ∂residual by the binary64 filter, as the compact kernel computes them
-// (fast_element's exact branch); `weights`: the token's R·H weights widened and its rows' filter weight bounds,
-// written by lane 0.
-template <int H>
-__device__ __forceinline__ void split_stream_token(const InputsView& in, const BackwardOutputs& out,
-                                                   const FallbackList& fb, int64_t s, uint4* ring, double* weights) {
-  constexpr int R = H + 1;
-  const int lane = threadIdx.x & 31;
-  const int64_t D = in.shape.D;
-  const int64_t steps = lane_steps(D);
-  const bf16_bits* const grad = in.grad_out + s * H * D;
-  const auto rows = [&](int ho) { return grad + ho * D; };
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < steps) fetch_step<H>(ring, rows, i);
-    commit_copies();
-  }
-  __syncwarp();  // the previous token's weights are read
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float* src = r == 0 ? in.post + s * H : in.comb + (s * H + r - 1) * H;
-      float w[H];
-#pragma unroll
-      for (int ho = 0; ho < H; ++ho) weights[r * H + ho] = w[ho] = __ldg(src + ho);
-      weights[R * H + r] = stream_error_weight(w, H);
-    }
-  }
-  __syncwarp();
-  for (int64_t i = 0; i < steps; ++i) {
-    if (i + kStages - 1 < steps) fetch_step<H>(ring, rows, i + kStages - 1);
-    commit_copies();
-    wait_copies<kStages - 1>();
-    const uint4* slot = ring + (i % kStages) * H * kReduceLanes;
-    const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
-    Chunk gc[H];
-    uint32_t pairs = 0;
-#pragma unroll
-    for (int ho = 0; ho < H; ++ho) {
-      gc[ho] = chunk_from(slot[ho * kReduceLanes]);
-      pairs = max_magnitude_pairs(gc[ho], pairs);
-    }
-    const double max_value = float_from_bits(max_pair_word(pairs));
-    uint32_t declined = 0;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      bf16_bits* dst = r == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + r - 1) * D + d0;
-      const double error = exact_error(weights[R * H + r], max_value);
-      Chunk oc, lower;
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) {
-        double gw[H];
-#pragma unroll
-        for (int ho = 0; ho < H; ++ho) gw[ho] = chunk_elem(gc[ho], e);
-        bf16_bits lo, hi;
-        stream_grad_exact_chain(&weights[r * H], gw, H).bounds(error, lo, hi);
-        chunk_set(oc, e, hi);
-        chunk_set(lower, e, lo);
-        if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
-      }
-      store_chunk<true>(dst, kChunk, oc);
-    }
-    if (declined != 0) finish_stream_grad_step(in, out, fb, s, 0, R, d0, slot);
-  }
-}
-
-// The dot warp's token s: the R·H dot-product partials over the lane's canonical chunks, bounded per lane
-// (ExactDotFilter::lane_bound), settled by settle_dots_exact as the compact kernel does. Per step the chunks of
-// the R stream rows are held and each gradient value is widened once, for the R rows that multiply it.
-template <int H>
-__device__ __forceinline__ void split_dot_token(const InputsView& in, const BackwardOutputs& out,
-                                                const FallbackList& fb, int64_t s, uint4* ring) {
-  constexpr int R = H + 1;
-  constexpr int kRows = R + H;
-  const int lane = threadIdx.x & 31;
-  const int64_t D = in.shape.D;
-  const int64_t steps = lane_steps(D);
-  const bf16_bits* const x = in.x + s * D;
-  const bf16_bits* const residual = in.residual + s * H * D;
-  const bf16_bits* const grad = in.grad_out + s * H * D;
-  // Row r < R: x, residual[r - 1]; row R + ho: grad_out[ho].
-  const auto rows = [&](int r) { return r == 0 ? x : r < R ? residual + (r - 1) * D : grad + (r - R) * D; };
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < steps) fetch_step<kRows>(ring, rows, i);
-    commit_copies();
-  }
-  ExactDotFilter acc[R][H];
-  uint32_t lane_pairs[H];  // the lane's largest gradient magnitude per row (bf16 pairs)
-  float value_sum[R];      // Σ|stream value| per row
-#pragma unroll
-  for (int ho = 0; ho < H; ++ho) lane_pairs[ho] = 0;
-#pragma unroll
-  for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
-  for (int64_t i = 0; i < steps; ++i) {
-    if (i + kStages - 1 < steps) fetch_step<kRows>(ring, rows, i + kStages - 1);
-    commit_copies();
-    wait_copies<kStages - 1>();
-    const uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
-    Chunk gc[H], bc[R];
-#pragma unroll
-    for (int ho = 0; ho < H; ++ho) {
-      gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
-      lane_pairs[ho] = __vmaxu2(lane_pairs[ho], max_magnitude_pairs(gc[ho], 0));
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) bc[r] = chunk_from(slot[r * kReduceLanes]);
-#pragma unroll
-    for (int e = 0; e < kChunk; ++e) {
-      double gw[H];
-#pragma unroll
-      for (int ho = 0; ho < H; ++ho) gw[ho] = chunk_elem(gc[ho], e);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        value_sum[r] = add_rn32(value_sum[r], std::fabs(chunk_elem(bc[r], e)));
-        const double bw = chunk_scaled(bc[r], e);
-#pragma unroll
-        for (int ho = 0; ho < H; ++ho) acc[r][ho].add_term(gw[ho], bw);
-      }
-    }
-  }
-  static_assert(DotScratch<R * H>::kBytes <= split_dot_ring_slots(H) * sizeof(uint4),
-                "the transposed partials fit in the warp's ring");
-  const DotScratch<R * H> scratch(ring - lane);
-  __syncwarp();  // every lane has read its last ring slots
-#pragma unroll
-  for (int i = 0; i < R * H; ++i) {
-    const int r = i / H, ho = i % H;
-    acc[r][ho].bound = ExactDotFilter::lane_bound(float_from_bits(max_pair_word(lane_pairs[ho])), value_sum[r]);
-    acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
-    scratch.put(lane, i, acc[r][ho]);
-  }
-  settle_dots_exact<H, R * H>(in, out, fb, s, 0, scratch, dot_filter_depth(D));
-}
-
-template <int H>
-__global__ void __launch_bounds__(kSplitWarps * 32, kSplitBlocks)
-    backward_split_kernel(InputsView in, BackwardOutputs out, FallbackList fb) {
-  constexpr int R = H + 1;
-  extern __shared__ uint4 ring_memory[];
-  __shared__ double weights[kSplitTokens][R * H + R];
-  const int warp = threadIdx.x / 32, token = warp / 2;
-  const bool dots = warp % 2 != 0;
-  uint4* const ring = ring_memory + token * (split_stream_ring_slots(H) + split_dot_ring_slots(H)) +
-                      (dots ? split_stream_ring_slots(H) : 0) + (threadIdx.x & 31);
-  for (int64_t s = int64_t(blockIdx.x) * kSplitTokens + token; s < in.shape.S; s += int64_t(gridDim.x) * kSplitTokens) {
-    if (dots) split_dot_token<H>(in, out, fb, s, ring);
-    else split_stream_token<H>(in, out, fb, s, ring, weights[token]);
-  }
-}
-
-template <int H>
-void launch_backward_split_kernel(const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                  cudaStream_t stream) {
-  constexpr size_t bytes = split_ring_bytes(H);
-  const auto kernel = backward_split_kernel<H>;
-  // The rings of kSplitBlocks blocks need more shared memory than the default carveout may leave.
-  static const bool configured = [&] {
-    MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    return true;
-  }();
-  (void)configured;
-  const int64_t token_blocks = (in.shape.S + kSplitTokens - 1) / kSplitTokens;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
-  kernel<<<blocks, kSplitWarps * 32, bytes, stream>>>(in, out, fb);
-  MHC_CUDA_CHECK_LAUNCH();
 }
 
 // ---- Backward, generic: one block per token, tiles staged in shared memory --------------------------------
@@ -1085,12 +661,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, Stream32 V = Stream32::off>
+template <Mode M, int H, int G, class Pol, bool kCompact = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, V>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -1107,38 +683,28 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
 // multiprocessor, one warp per token leaves most of the GPU idle: each token's rows are then spread over
 // kFewTokenWarps warps (S = 128, H = 4: exact 72 -> 35-45 us, fp64 28 -> 21 us; at S = 1024 one warp per
 // token was faster).
-// stream32: the experiment's variant of the compact kernel where that runs (finite inputs; see above).
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                cudaStream_t stream, Stream32 stream32) {
+                                cudaStream_t stream) {
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    if (in.shape.S >= compact_backward_min_tokens()) {
-      if (requested_split()) return launch_backward_split_kernel<H>(in, out, fb, stream);
-      // The waiting pairs hold d in 32 bits.
-      if (in.shape.D < (int64_t{1} << 31)) {
-        if (stream32 == Stream32::retest_each_step)
-          return launch_backward_fast_kernel<M, H, 1, Pol, true, Stream32::retest_each_step>(pol, in, out, fb, stream);
-        if (stream32 == Stream32::retest_at_token_end)
-          return launch_backward_fast_kernel<M, H, 1, Pol, true, Stream32::retest_at_token_end>(pol, in, out, fb,
-                                                                                                stream);
-      }
+    constexpr int kCompactWaveTokens = kCompactBlocks * kBackwardWarps;
+    if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
-    }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
 
 template <Mode M, class Pol>
 void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream, Stream32 stream32 = Stream32::off) {
+                                 cudaStream_t stream) {
   switch (in.shape.H) {
-    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream, stream32);
-    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream, stream32);
-    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, stream, stream32);
-    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, stream, stream32);
+    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream);
+    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream);
+    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, stream);
+    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, stream);
   }
   // Reaching here would leave the gradients unwritten: fail loudly instead.
   throw std::logic_error("no specialised backward kernel for H = " + std::to_string(in.shape.H));
@@ -1180,12 +746,11 @@ bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const B
 }  // namespace
 
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                     cudaStream_t stream, bool finite_inputs) {
+                     cudaStream_t stream) {
   if (in.shape.S == 0) return;
   if (backward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
-      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream,
-                                               finite_inputs ? requested_stream32() : Stream32::off);
+      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream);
       return;
     }
     with_static_preset(pd, [&](auto pol) {
@@ -1204,12 +769,6 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       break;
   }
 }
-
-bool backward_stream32_requested() { return requested_stream32() != Stream32::off; }
-
-bool backward_split_requested() { return requested_split(); }
-
-int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   BackwardOutputs aligned_out;

@@ -484,12 +484,21 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
 // of a token the lane asks L2 for its chunks of the next one (prefetch.L2: no registers); prefetch-
 // registers: after storing a token's outputs it loads the next token's chunks into registers (20 more at H = 4)
 // and finishes the token while they arrive.
+// quads: each block row takes four tokens instead of two (forward_exact_grid), so that three in four are
+// prefetched and a warp finishes the declined pairs of four in one round.
 enum class ForwardPrefetch { off, l2, registers };
+struct ForwardExperiment {
+  ForwardPrefetch prefetch = ForwardPrefetch::off;
+  int tokens_per_row = 2;
+};
 
-ForwardPrefetch requested_forward_prefetch() {
+ForwardExperiment requested_forward_experiment() {
   return experiment_switch("MHCDIFF_CUDA_FORWARD",
-                           {{"prefetch-l2", ForwardPrefetch::l2}, {"prefetch-registers", ForwardPrefetch::registers}},
-                           ForwardPrefetch::off);
+                           {{"prefetch-l2", ForwardExperiment{ForwardPrefetch::l2, 2}},
+                            {"prefetch-registers", ForwardExperiment{ForwardPrefetch::registers, 2}},
+                            {"quads", ForwardExperiment{ForwardPrefetch::off, 4}},
+                            {"prefetch-l2-quads", ForwardExperiment{ForwardPrefetch::l2, 4}}},
+                           ForwardExperiment{});
 }
 
 // Asks L2 for this lane's chunks of token s (x and the HC residual rows).
@@ -646,9 +655,10 @@ void launch_forward_variant(Pol pol, const InputsView& in, const ForwardOutputs&
 // of resident blocks), so that it finishes the declined pairs of both in one round (0.318-0.322 -> 0.313-0.314
 // ms there; 1024 x 4 x 7168 unchanged at 0.044 ms).
 constexpr int64_t kExactPairedTokensFrom = 1024;
-dim3 forward_exact_grid(const Shape& sh) {
+dim3 forward_exact_grid(const Shape& sh, int tokens_per_row = 2) {
   dim3 grid = forward_grid(sh);
-  if (sh.S >= kExactPairedTokensFrom) grid.y = std::min<unsigned>(grid.y, static_cast<unsigned>((sh.S + 1) / 2));
+  if (sh.S >= kExactPairedTokensFrom)
+    grid.y = std::min<unsigned>(grid.y, static_cast<unsigned>((sh.S + tokens_per_row - 1) / tokens_per_row));
   return grid;
 }
 
@@ -658,8 +668,9 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
   if (M != Mode::fp32 && out.out_f64) {
     launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
-    const dim3 grid = forward_exact_grid(in.shape);
-    switch (requested_forward_prefetch()) {
+    const ForwardExperiment experiment = requested_forward_experiment();
+    const dim3 grid = forward_exact_grid(in.shape, experiment.tokens_per_row);
+    switch (experiment.prefetch) {
       case ForwardPrefetch::off: forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); break;
       case ForwardPrefetch::l2:
         forward_exact_kernel<HC, ForwardPrefetch::l2><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
@@ -724,7 +735,10 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
   }
 }
 
-bool forward_prefetch_requested() { return requested_forward_prefetch() != ForwardPrefetch::off; }
+bool forward_prefetch_requested() {
+  const ForwardExperiment e = requested_forward_experiment();
+  return e.prefetch != ForwardPrefetch::off || e.tokens_per_row != 2;
+}
 
 int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }
 

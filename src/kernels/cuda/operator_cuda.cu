@@ -106,13 +106,6 @@ bool forward_inputs_finite(const InputsView& in) {
          finite_fp32(in.post, sh.S * sh.H) && finite_fp32(in.comb, sh.S * sh.H * sh.H);
 }
 
-// The same for the backward, grad_out included.
-bool backward_inputs_finite(const InputsView& in) {
-  const int64_t n = in.shape.S * in.shape.H * in.shape.D;
-  return forward_inputs_finite(in) &&
-         std::all_of(in.grad_out, in.grad_out + n, [](bf16_bits v) { return (v & 0x7f80u) != 0x7f80u; });
-}
-
 InputsView host_slab(const InputsView& in, int64_t s0, int64_t count) {
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
@@ -238,9 +231,7 @@ RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutp
                                optional_device(d_gr64, out.grad_residual_f64),
                                optional_device(d_gp64, out.grad_post_f64),
                                optional_device(d_gc64, out.grad_comb_f64)};
-    // The stream32 experiment needs finite inputs; the scan is skipped when it is off.
-    const bool finite = backward_stream32_requested() && backward_inputs_finite(host_slab(in, s0, count));
-    launch_backward(pd, din, dout, dev.fallback(), nullptr, finite);
+    launch_backward(pd, din, dout, dev.fallback(), nullptr);
     MHC_CUDA_CHECK(cudaDeviceSynchronize());
     const BackwardOutputs hout = host_slab(out, sh, s0);
     to_host(hout.grad_x, d_gx.get(), size_t(count) * D);

@@ -32,27 +32,16 @@ inline constexpr unsigned long long kFallbackIndexMask = (1ull << kFallbackKindS
 // only; with finite_inputs false the forward runs the generic kernels, which convert.
 void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fallback,
                     cudaStream_t stream, bool finite_inputs = true);
-// finite_inputs: every x, residual, grad_out, post and comb value is finite; only then may the experiment
-// below run.
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
-                     const FallbackList& fallback, cudaStream_t stream, bool finite_inputs = true);
+                     const FallbackList& fallback, cudaStream_t stream);
 
-// The experiment switch MHCDIFF_CUDA_BACKWARD=stream32 or stream32-deferred (backward_kernels.cu,
-// docs/performance.md "What is still open"): the compact exact backward's ∂x / ∂residual by a binary32 first
-// test. Off unless set; finite inputs only.
-bool backward_stream32_requested();
-// The experiment switch MHCDIFF_CUDA_BACKWARD=split (backward_kernels.cu, same section): the compact exact
-// backward's ∂x / ∂residual and its dot products in two warps of a token. Off unless set; any inputs.
-bool backward_split_requested();
 // The experiment switch MHCDIFF_CUDA_FORWARD=prefetch-l2 or prefetch-registers (forward_kernels.cu, same
 // section of docs/performance.md): the exact forward at H <= 4 requests the next token's rows earlier. Off
 // unless set.
 bool forward_prefetch_requested();
 
-// Where the experiments' kernels run, for their GPU tests to check they reach them: the compact exact backward
-// (stream32's base, and where split runs) from this many tokens on (H = 4, this device), and the exact forward's block rows loop over
-// tokens (where prefetching the next one can matter) from this many on.
-int64_t compact_backward_min_tokens();
+// Where the experiment's kernels run, for its GPU test to check it reaches them: the exact forward's block rows
+// loop over tokens (where prefetching the next one can matter) from this many on.
 int64_t exact_forward_looping_min_tokens();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
