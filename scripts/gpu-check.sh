@@ -6,7 +6,8 @@
 #   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1  ARCHS=90-real (quicker build)
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
 #          AB_PREFETCH=1: also time the exact forward with MHCDIFF_CUDA_FORWARD unset and each variant
-#          (three alternating rounds, medians summarised, docs/performance.md) and sanitize its GPU test.
+#          (AB_ROUNDS=3 alternating rounds, medians summarised, docs/performance.md) and sanitize its GPU test;
+#          SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset but not the experiment's.
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT)
 set -uo pipefail
@@ -38,7 +39,7 @@ ab_experiment() {
   local name=$1 variable=$2 direction=$3 round variant shape rc
   shift 3
   stage "A/B $name: exact $direction, default vs $*"
-  for round in 1 2 3; do
+  for round in $(seq "${AB_ROUNDS:-3}"); do
     for variant in default "$@"; do
       if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
       for shape in 16384,4,4096 4096,4,4096; do
@@ -94,6 +95,12 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
 
   if [[ -n "${AB_PREFETCH:-}" ]]; then
     ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd prefetch-l2 quads prefetch-l2-quads
+    # Every benchmarked shape with each candidate, for the table if one is adopted.
+    for variant in prefetch-l2 prefetch-l2-quads; do
+      MHCDIFF_CUDA_FORWARD=$variant timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
+        >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
+      echo "bench $variant rc=$?" | tee -a "$OUT/summary.log"
+    done
   fi
 fi
 
@@ -117,7 +124,7 @@ if [[ -z "${SKIP_SANITIZER:-}" ]]; then
     [[ -n "${AB_PREFETCH:-}" ]] && sanitize prefetch $tool 'CudaOperator.PrefetchForwardExperimentMatchesCpu'
   done
 fi
-if [[ -z "${SKIP_SANITIZER:-}" ]]; then
+if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then
   stage "compute-sanitizer (memcheck + racecheck on a subset)"
   subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu'
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" --gtest_filter="$subset" >"$OUT/sanitizer.log" 2>&1
