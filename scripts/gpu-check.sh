@@ -5,7 +5,7 @@
 #   usage: scripts/gpu-check.sh            (from the repository root, on a machine with an NVIDIA GPU)
 #   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1  ARCHS=90-real (quicker build)
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
-#          AB_PREFETCH=1: also time the exact forward with MHCDIFF_CUDA_FORWARD unset and each variant
+#          AB_FORWARD=1: also time the exact forward with MHCDIFF_CUDA_FORWARD unset and each variant
 #          (AB_ROUNDS=3 alternating rounds, medians summarised, docs/performance.md) and sanitize its GPU test;
 #          SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset but not the experiment's.
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
@@ -93,10 +93,10 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
     2>>"$OUT/bench.log"
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
-  if [[ -n "${AB_PREFETCH:-}" ]]; then
-    ab_experiment prefetch MHCDIFF_CUDA_FORWARD fwd prefetch-l2 quads prefetch-l2-quads
-    # Every benchmarked shape with each candidate, for the table if one is adopted.
-    for variant in prefetch-l2 prefetch-l2-quads; do
+  if [[ -n "${AB_FORWARD:-}" ]]; then
+    ab_experiment forward MHCDIFF_CUDA_FORWARD fwd quads no-prefetch
+    # Every benchmarked shape with the candidate, for the table if it is adopted.
+    for variant in quads; do
       MHCDIFF_CUDA_FORWARD=$variant timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
         >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
       echo "bench $variant rc=$?" | tee -a "$OUT/summary.log"
@@ -121,12 +121,12 @@ sanitize() {  # sanitize NAME TOOL GTEST_FILTER
 }
 if [[ -z "${SKIP_SANITIZER:-}" ]]; then
   for tool in memcheck racecheck; do
-    [[ -n "${AB_PREFETCH:-}" ]] && sanitize prefetch $tool 'CudaOperator.PrefetchForwardExperimentMatchesCpu'
+    [[ -n "${AB_FORWARD:-}" ]] && sanitize forward $tool 'CudaOperator.ExactForwardTokenLoopsMatchCpu'
   done
 fi
 if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then
   stage "compute-sanitizer (memcheck + racecheck on a subset)"
-  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu'
+  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu:CudaOperator.ExactForwardTokenLoopsMatchCpu'
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" --gtest_filter="$subset" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \

@@ -318,14 +318,15 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// The exact forward's experiment variants (MHCDIFF_CUDA_FORWARD, forward_kernels.cu): each block row loops over
-// tokens only from 1024 tokens on (forward_exact_grid), so S is past that, and plant_midpoints' tokens (ties that
-// go through the retest and the warp's staging round, cancellation) are copied into the second token of several
-// block rows and into the last token, where the requested-early chunks are the ones used.
-TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
+// The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2
+// for its next token early: plant_midpoints' tokens (ties that go through the retest and the warp's staging round,
+// cancellation) are copied into the second token of several block rows and into the last token, where the
+// prefetched chunks are the ones used. Also the experiment's variants (MHCDIFF_CUDA_FORWARD=quads, no-prefetch;
+// "" runs the default).
+TEST(CudaOperator, ExactForwardTokenLoopsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const Policy exact = find_policy("exact");
-  const bool requested_before = cuda::forward_prefetch_requested();
+  const bool requested_before = cuda::forward_experiment_requested();
   for (const int H : {4, 2, 1})
     for (const int64_t D : {4096, 1032, 136}) {
       if (H != 4 && D == 1032) continue;
@@ -344,9 +345,9 @@ TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
       PolicyResult cpu;
       allocate_result(cpu, in.shape, true, false);
       forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
-      for (const char* variant : {"prefetch-l2", "prefetch-registers", "quads", "prefetch-l2-quads"}) {
+      for (const char* variant : {"", "quads", "no-prefetch"}) {
         const ScopedEnv env("MHCDIFF_CUDA_FORWARD", variant);
-        ASSERT_TRUE(cuda::forward_prefetch_requested()) << variant;
+        ASSERT_EQ(cuda::forward_experiment_requested(), *variant != '\0') << variant;
         PolicyResult gpu;
         allocate_result(gpu, in.shape, false, false);
         poison(gpu);
@@ -354,7 +355,7 @@ TEST(CudaOperator, PrefetchForwardExperimentMatchesCpu) {
         expect_identical(gpu.out, cpu.out, fmt::format("{}, H={} D={} out", variant, H, D));
       }
     }
-  EXPECT_EQ(cuda::forward_prefetch_requested(), requested_before);  // the switch is restored
+  EXPECT_EQ(cuda::forward_experiment_requested(), requested_before);  // the switch is restored
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware

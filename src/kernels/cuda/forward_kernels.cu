@@ -476,28 +476,23 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
   return left;
 }
 
-// ---- Experiment "prefetch": the next token's rows requested earlier ----------------------------------------
-// Not the default: selected with MHCDIFF_CUDA_FORWARD=prefetch-l2 or prefetch-registers until a device run
-// measures it (docs/performance.md, "What is still open"). The kernel waits on latency (ncu, session 6: neither
-// a pipe nor DRAM saturated) and loads a token's chunks only when it starts it, so a warp's finishing (retest,
-// staging round) and its next token's weight loads have no memory request in flight. prefetch-l2: at the start
-// of a token the lane asks L2 for its chunks of the next one (prefetch.L2: no registers); prefetch-
-// registers: after storing a token's outputs it loads the next token's chunks into registers (20 more at H = 4)
-// and finishes the token while they arrive.
-// quads: each block row takes four tokens instead of two (forward_exact_grid), so that three in four are
-// prefetched and a warp finishes the declined pairs of four in one round.
-enum class ForwardPrefetch { off, l2, registers };
+// ---- The next token's rows requested early; experiment "quads" ---------------------------------------------
+// The kernel waits on latency (ncu, session 6: neither a pipe nor DRAM saturated) and a warp's finishing (retest,
+// staging round) and its next token's weight loads have no memory request in flight, so at the start of a token
+// each lane asks L2 for its chunks of the block row's next token (prefetch.L2: no registers). H200, s20-1, three
+// alternating rounds: 16384 x 4 x 4096 0.3092 -> 0.3067 ms, 4096 x 4 x 4096 0.0856 -> 0.0851 ms; loading them
+// into registers after the stores instead (five blocks of 94 registers) was slower, 0.3200 ms.
+// Experiment switch (not the default): MHCDIFF_CUDA_FORWARD=quads gives each block row four tokens instead of two
+// (forward_exact_grid), so that three in four are prefetched and a warp finishes the declined pairs of four in one
+// round; no-prefetch is the kernel before s20 (the A/B's reference). Until a device A/B decides.
 struct ForwardExperiment {
-  ForwardPrefetch prefetch = ForwardPrefetch::off;
+  bool prefetch = true;
   int tokens_per_row = 2;
 };
 
 ForwardExperiment requested_forward_experiment() {
   return experiment_switch("MHCDIFF_CUDA_FORWARD",
-                           {{"prefetch-l2", ForwardExperiment{ForwardPrefetch::l2, 2}},
-                            {"prefetch-registers", ForwardExperiment{ForwardPrefetch::registers, 2}},
-                            {"quads", ForwardExperiment{ForwardPrefetch::off, 4}},
-                            {"prefetch-l2-quads", ForwardExperiment{ForwardPrefetch::l2, 4}}},
+                           {{"quads", ForwardExperiment{true, 4}}, {"no-prefetch", ForwardExperiment{false, 2}}},
                            ForwardExperiment{});
 }
 
@@ -510,12 +505,8 @@ __device__ __forceinline__ void prefetch_token_l2(const InputsView& in, int64_t 
   for (int k = 0; k < HC; ++k) prefetch_l2(in.residual + (s * HC + k) * D + d0);
 }
 
-// prefetch-registers at H = 4 spills 104 bytes in 80 registers: five blocks (94 registers, no spills).
-template <ForwardPrefetch P>
-inline constexpr int kExactForwardBlocks = P == ForwardPrefetch::registers ? 5 : kExactForwardMinBlocks;
-
-template <int HC, ForwardPrefetch P = ForwardPrefetch::off>
-__global__ void __launch_bounds__(kForwardThreads, kExactForwardBlocks<P>)
+template <int HC, bool kPrefetch = true>
+__global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
     forward_exact_kernel(InputsView in, bf16_bits* out, FallbackList fb) {
   static_assert(HC <= 4, "H = 8 runs forward_kernel's binary64 filter (its weights would not fit beside the chunks)");
   __shared__ uint32_t staging[kWarpsPerForwardBlock][kReduceLanes * kSlotWords<HC>];
@@ -526,25 +517,14 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardBlocks<P>)
   const int64_t d0 = c * kChunk;
   const int lane = threadIdx.x % kReduceLanes;
   int staged = 0;  // this warp's declined pairs waiting in staging (warp-uniform)
-  auto load_token = [&](int64_t s, Chunk& xc, Chunk* rc) {
-    xc = load_chunk<true>(in.x + s * D + d0, kChunk);
-#pragma unroll
-    for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
-  };
-  // ForwardPrefetch::registers: the next token's chunks, requested before this token's finishing.
-  Chunk next_xc, next_rc[HC];
-  if constexpr (P == ForwardPrefetch::registers)
-    if (active && blockIdx.y < in.shape.S) load_token(blockIdx.y, next_xc, next_rc);
   for (int64_t s = blockIdx.y; s < in.shape.S; s += gridDim.y) {
     Chunk xc, rc[HC];
-    if constexpr (P == ForwardPrefetch::registers) {
-      xc = next_xc;
+    if (active) {
+      xc = load_chunk<true>(in.x + s * D + d0, kChunk);
 #pragma unroll
-      for (int k = 0; k < HC; ++k) rc[k] = next_rc[k];
-    } else if (active) {
-      load_token(s, xc, rc);
+      for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
     }
-    if constexpr (P == ForwardPrefetch::l2)
+    if constexpr (kPrefetch)  // the block row's next token (see above)
       if (active && s + gridDim.y < in.shape.S) prefetch_token_l2<HC>(in, s + gridDim.y, d0);
     float post[HC], comb[HC][HC];  // comb[k][ho]
     load_weight_row<HC>(in.post + s * HC, post);
@@ -604,8 +584,6 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardBlocks<P>)
     if (active)
 #pragma unroll
       for (int ho = 0; ho < HC; ++ho) store_chunk<true>(out + (s * HC + ho) * D + d0, kChunk, oc[ho]);
-    if constexpr (P == ForwardPrefetch::registers)
-      if (active && s + gridDim.y < in.shape.S) load_token(s + gridDim.y, next_xc, next_rc);
     if (!active) declined = 0;
     if (__any_sync(kFullMask, declined != 0) && declined != 0)
       declined = retest_declined<HC>(in, s, d0, xc, rc, declined, out);
@@ -670,15 +648,8 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
     const ForwardExperiment experiment = requested_forward_experiment();
     const dim3 grid = forward_exact_grid(in.shape, experiment.tokens_per_row);
-    switch (experiment.prefetch) {
-      case ForwardPrefetch::off: forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); break;
-      case ForwardPrefetch::l2:
-        forward_exact_kernel<HC, ForwardPrefetch::l2><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
-        break;
-      case ForwardPrefetch::registers:
-        forward_exact_kernel<HC, ForwardPrefetch::registers><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
-        break;
-    }
+    if (experiment.prefetch) forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
+    else forward_exact_kernel<HC, false><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
     MHC_CUDA_CHECK_LAUNCH();
   } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
@@ -735,9 +706,9 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
   }
 }
 
-bool forward_prefetch_requested() {
+bool forward_experiment_requested() {
   const ForwardExperiment e = requested_forward_experiment();
-  return e.prefetch != ForwardPrefetch::off || e.tokens_per_row != 2;
+  return !e.prefetch || e.tokens_per_row != 2;
 }
 
 int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }

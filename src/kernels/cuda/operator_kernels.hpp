@@ -35,13 +35,13 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                      const FallbackList& fallback, cudaStream_t stream);
 
-// The experiment switch MHCDIFF_CUDA_FORWARD=prefetch-l2 or prefetch-registers (forward_kernels.cu, same
-// section of docs/performance.md): the exact forward at H <= 4 requests the next token's rows earlier. Off
+// The experiment switch MHCDIFF_CUDA_FORWARD=quads or no-prefetch (forward_kernels.cu, docs/performance.md "What
+// is still open"): the exact forward at H <= 4 with four tokens per block row, or without its L2 prefetch. Off
 // unless set.
-bool forward_prefetch_requested();
+bool forward_experiment_requested();
 
-// Where the experiment's kernels run, for its GPU test to check it reaches them: the exact forward's block rows
-// loop over tokens (where prefetching the next one can matter) from this many on.
+// Where the exact forward's block rows loop over tokens (where prefetching the next one matters) from, for its GPU
+// test to reach that kernel.
 int64_t exact_forward_looping_min_tokens();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
