@@ -94,9 +94,9 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
   if [[ -n "${AB_FORWARD:-}" ]]; then
-    ab_experiment forward MHCDIFF_CUDA_FORWARD fwd quads no-prefetch
+    ab_experiment forward MHCDIFF_CUDA_FORWARD fwd quads weights no-prefetch
     # Every benchmarked shape with the candidate, for the table if it is adopted.
-    for variant in quads; do
+    for variant in quads weights; do
       MHCDIFF_CUDA_FORWARD=$variant timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
         >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
       echo "bench $variant rc=$?" | tee -a "$OUT/summary.log"

@@ -321,8 +321,8 @@ class ScopedEnv {
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2
 // for its next token early: plant_midpoints' tokens (ties that go through the retest and the warp's staging round,
 // cancellation) are copied into the second token of several block rows and into the last token, where the
-// prefetched chunks are the ones used. Also the experiment's variants (MHCDIFF_CUDA_FORWARD=quads, no-prefetch;
-// "" runs the default).
+// prefetched chunks are the ones used. Also the experiment's variants (MHCDIFF_CUDA_FORWARD=quads, weights,
+// no-prefetch; "" runs the default).
 TEST(CudaOperator, ExactForwardTokenLoopsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const Policy exact = find_policy("exact");
@@ -345,7 +345,7 @@ TEST(CudaOperator, ExactForwardTokenLoopsMatchCpu) {
       PolicyResult cpu;
       allocate_result(cpu, in.shape, true, false);
       forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
-      for (const char* variant : {"", "quads", "no-prefetch"}) {
+      for (const char* variant : {"", "quads", "weights", "no-prefetch"}) {
         const ScopedEnv env("MHCDIFF_CUDA_FORWARD", variant);
         ASSERT_EQ(cuda::forward_experiment_requested(), *variant != '\0') << variant;
         PolicyResult gpu;

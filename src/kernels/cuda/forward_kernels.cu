@@ -484,15 +484,19 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
 // into registers after the stores instead (five blocks of 94 registers) was slower, 0.3200 ms.
 // Experiment switch (not the default): MHCDIFF_CUDA_FORWARD=quads gives each block row four tokens instead of two
 // (forward_exact_grid), so that three in four are prefetched and a warp finishes the declined pairs of four in one
-// round; no-prefetch is the kernel before s20 (the A/B's reference). Until a device A/B decides.
+// round; weights also asks L2 for the next token's post and comb (two lanes of each warp); no-prefetch is the
+// kernel before s20 (the A/B's reference). Until a device A/B decides.
+enum class ForwardPrefetch { none, chunks, chunks_and_weights };
 struct ForwardExperiment {
-  bool prefetch = true;
+  ForwardPrefetch prefetch = ForwardPrefetch::chunks;
   int tokens_per_row = 2;
 };
 
 ForwardExperiment requested_forward_experiment() {
   return experiment_switch("MHCDIFF_CUDA_FORWARD",
-                           {{"quads", ForwardExperiment{true, 4}}, {"no-prefetch", ForwardExperiment{false, 2}}},
+                           {{"quads", ForwardExperiment{ForwardPrefetch::chunks, 4}},
+                            {"weights", ForwardExperiment{ForwardPrefetch::chunks_and_weights, 2}},
+                            {"no-prefetch", ForwardExperiment{ForwardPrefetch::none, 2}}},
                            ForwardExperiment{});
 }
 
@@ -505,7 +509,7 @@ __device__ __forceinline__ void prefetch_token_l2(const InputsView& in, int64_t 
   for (int k = 0; k < HC; ++k) prefetch_l2(in.residual + (s * HC + k) * D + d0);
 }
 
-template <int HC, bool kPrefetch = true>
+template <int HC, ForwardPrefetch kPrefetch = ForwardPrefetch::chunks>
 __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
     forward_exact_kernel(InputsView in, bf16_bits* out, FallbackList fb) {
   static_assert(HC <= 4, "H = 8 runs forward_kernel's binary64 filter (its weights would not fit beside the chunks)");
@@ -524,8 +528,11 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
 #pragma unroll
       for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
     }
-    if constexpr (kPrefetch)  // the block row's next token (see above)
+    if constexpr (kPrefetch != ForwardPrefetch::none)  // the block row's next token (see above)
       if (active && s + gridDim.y < in.shape.S) prefetch_token_l2<HC>(in, s + gridDim.y, d0);
+    if constexpr (kPrefetch == ForwardPrefetch::chunks_and_weights)
+      if (lane < 2 && s + gridDim.y < in.shape.S)
+        prefetch_l2(lane == 0 ? in.post + (s + gridDim.y) * HC : in.comb + (s + gridDim.y) * HC * HC);
     float post[HC], comb[HC][HC];  // comb[k][ho]
     load_weight_row<HC>(in.post + s * HC, post);
 #pragma unroll
@@ -648,8 +655,15 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
     const ForwardExperiment experiment = requested_forward_experiment();
     const dim3 grid = forward_exact_grid(in.shape, experiment.tokens_per_row);
-    if (experiment.prefetch) forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
-    else forward_exact_kernel<HC, false><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
+    switch (experiment.prefetch) {
+      case ForwardPrefetch::chunks: forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); break;
+      case ForwardPrefetch::chunks_and_weights:
+        forward_exact_kernel<HC, ForwardPrefetch::chunks_and_weights><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
+        break;
+      case ForwardPrefetch::none:
+        forward_exact_kernel<HC, ForwardPrefetch::none><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
+        break;
+    }
     MHC_CUDA_CHECK_LAUNCH();
   } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
@@ -708,7 +722,7 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
 
 bool forward_experiment_requested() {
   const ForwardExperiment e = requested_forward_experiment();
-  return !e.prefetch || e.tokens_per_row != 2;
+  return e.prefetch != ForwardPrefetch::chunks || e.tokens_per_row != 2;
 }
 
 int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }
