@@ -488,8 +488,9 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
 // kernel before s20 (the A/B's reference). Until a device A/B decides.
 enum class ForwardPrefetch { none, chunks, chunks_and_weights };
 struct ForwardExperiment {
-  ForwardPrefetch prefetch = ForwardPrefetch::chunks;
+  ForwardPrefetch prefetch = ForwardPrefetch::chunks;  // the default kernel's
   int tokens_per_row = 2;
+  bool operator==(const ForwardExperiment&) const = default;
 };
 
 ForwardExperiment requested_forward_experiment() {
@@ -655,14 +656,11 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
     const ForwardExperiment experiment = requested_forward_experiment();
     const dim3 grid = forward_exact_grid(in.shape, experiment.tokens_per_row);
+    const auto launch = [&](auto kernel) { kernel<<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); };
     switch (experiment.prefetch) {
-      case ForwardPrefetch::chunks: forward_exact_kernel<HC><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); break;
-      case ForwardPrefetch::chunks_and_weights:
-        forward_exact_kernel<HC, ForwardPrefetch::chunks_and_weights><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
-        break;
-      case ForwardPrefetch::none:
-        forward_exact_kernel<HC, ForwardPrefetch::none><<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb);
-        break;
+      case ForwardPrefetch::chunks: launch(forward_exact_kernel<HC>); break;
+      case ForwardPrefetch::chunks_and_weights: launch(forward_exact_kernel<HC, ForwardPrefetch::chunks_and_weights>); break;
+      case ForwardPrefetch::none: launch(forward_exact_kernel<HC, ForwardPrefetch::none>); break;
     }
     MHC_CUDA_CHECK_LAUNCH();
   } else {
@@ -720,10 +718,7 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
   }
 }
 
-bool forward_experiment_requested() {
-  const ForwardExperiment e = requested_forward_experiment();
-  return e.prefetch != ForwardPrefetch::chunks || e.tokens_per_row != 2;
-}
+bool forward_experiment_requested() { return requested_forward_experiment() != ForwardExperiment{}; }
 
 int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }
 
