@@ -659,7 +659,9 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
     const auto launch = [&](auto kernel) { kernel<<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); };
     switch (experiment.prefetch) {
       case ForwardPrefetch::chunks: launch(forward_exact_kernel<HC>); break;
-      case ForwardPrefetch::chunks_and_weights: launch(forward_exact_kernel<HC, ForwardPrefetch::chunks_and_weights>); break;
+      case ForwardPrefetch::chunks_and_weights:
+        launch(forward_exact_kernel<HC, ForwardPrefetch::chunks_and_weights>);
+        break;
       case ForwardPrefetch::none: launch(forward_exact_kernel<HC, ForwardPrefetch::none>); break;
     }
     MHC_CUDA_CHECK_LAUNCH();
