@@ -126,7 +126,7 @@ if [[ -z "${SKIP_SANITIZER:-}" ]]; then
 fi
 if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then
   stage "compute-sanitizer (memcheck + racecheck on a subset)"
-  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu:CudaOperator.ExactForwardTokenLoopsMatchCpu'
+  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu:CudaOperator.ExactForwardTokenLoopsMatchCpu:CudaOperator.CompactExactBackwardMatchesCpuAtExtremes'
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" --gtest_filter="$subset" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \

@@ -300,6 +300,46 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
   expect_exact_without_twins_identical(in, "non-finite, S=1700 H=4");
 }
 
+// The compact exact backward (H = 4, from 12 tokens per multiprocessor on, so S is taken from the device) at
+// planted extremes. D = 1032 gives the lanes different step counts and D = 136 leaves 15 lanes without a step;
+// token 7 (plant_midpoints) has every element a bf16 tie, token 9's gradients are the largest finite bf16 with
+// weights ±2 (binary32 chains would overflow while the exact sums are 0), token 10's are bf16 subnormals and
+// token 11's products reach the filter bound's overflow guard; and a slab with an infinity and a NaN.
+void plant_backward_extremes(Inputs& in, std::mt19937_64& rng) {
+  const int64_t D = in.shape.D;
+  std::uniform_int_distribution<int> mantissa(0, 127), sign(0, 1);
+  for (int h = 0; h < 4; ++h) {
+    in.post[9 * 4 + h] = h % 2 ? -2.0f : 2.0f;
+    for (int k = 0; k < 4; ++k) in.comb[(9 * 4 + k) * 4 + h] = h % 2 ? -2.0f : 2.0f;
+  }
+  for (int64_t i = 0; i < 4 * D; ++i) {
+    in.grad_out[9 * 4 * D + i] = 0x7f7f;  // the largest finite bf16
+    in.grad_out[10 * 4 * D + i] = static_cast<bf16_bits>(sign(rng) << 15 | (1 + mantissa(rng)) % 128);  // subnormal
+    in.grad_out[11 * 4 * D + i] = static_cast<bf16_bits>(sign(rng) << 15 | (127 + 100) << 7 | mantissa(rng));  // ~2^100
+  }
+  for (int h = 0; h < 4; ++h) {
+    in.post[11 * 4 + h] = 0x1p20f * float(h + 1);
+    for (int k = 0; k < 4; ++k) in.comb[(11 * 4 + k) * 4 + h] = (k + h) % 2 ? 0x1p24f : -0x1p23f;
+  }
+}
+
+TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
+  SKIP_WITHOUT_GPU();
+  const int64_t S = cuda::compact_backward_min_tokens() + 37;
+  std::mt19937_64 rng(1700);
+  for (const int64_t D : {1032, 4096, 136})
+    for (bool wide : {false, true}) {
+      Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
+      plant_midpoints(in);
+      plant_backward_extremes(in, rng);
+      expect_exact_without_twins_identical(in, fmt::format("compact, S={} D={} wide={}", S, D, wide));
+    }
+  Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
+  in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
+  in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
+  expect_exact_without_twins_identical(in, "compact, non-finite");
+}
+
 // Sets an environment variable for a scope (the experiment switches), restoring it afterwards.
 class ScopedEnv {
  public:

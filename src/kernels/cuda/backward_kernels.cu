@@ -286,7 +286,7 @@ inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
 // instead of held in registers, so that ptxas fits the kernel in 168 registers (8 bytes of spills) and three
 // blocks share a multiprocessor instead of two. H200, H = 4, one warp per token: 16384 x 4 x 4096 0.659 ->
 // 0.619 ms, but 1024 x 4 x 7168 0.136 -> 0.144 ms (a third of a wave of blocks), so it runs from a full wave
-// of tokens (kCompactWaveTokens per multiprocessor) on; with the weights in shared memory and 255 registers,
+// of tokens (compact_backward_min_tokens) on; with the weights in shared memory and 255 registers,
 // 0.640 ms.
 inline constexpr int kCompactBlocks = 3;
 template <Mode M, bool kCompact>
@@ -690,8 +690,7 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    constexpr int kCompactWaveTokens = kCompactBlocks * kBackwardWarps;
-    if (in.shape.S >= int64_t(kCompactWaveTokens) * multiprocessor_count())
+    if (in.shape.S >= compact_backward_min_tokens())  // a full wave of its blocks
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
@@ -769,6 +768,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       break;
   }
 }
+
+int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   BackwardOutputs aligned_out;

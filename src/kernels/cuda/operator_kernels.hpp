@@ -40,8 +40,10 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // unless set.
 bool forward_experiment_requested();
 
-// Where the exact forward's block rows loop over tokens (where prefetching the next one matters) from, for its GPU
-// test to reach that kernel.
+// Where kernels with their own tests start, for those tests to reach them: the compact exact backward (H = 4,
+// this device) from this many tokens on, and the exact forward's block rows loop over tokens (where prefetching
+// the next one matters) from this many on.
+int64_t compact_backward_min_tokens();
 int64_t exact_forward_looping_min_tokens();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
