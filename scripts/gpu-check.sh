@@ -5,9 +5,10 @@
 #   usage: scripts/gpu-check.sh            (from the repository root, on a machine with an NVIDIA GPU)
 #   env:   BUILD=build-gpu  JOBS=16  SKIP_SANITIZER=1  SKIP_TORCH=1  SKIP_DUMP=1  ARCHS=90-real (quicker build)
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
-#          AB_FORWARD=1: also time the exact forward with MHCDIFF_CUDA_FORWARD unset and each variant
-#          (AB_ROUNDS=3 alternating rounds, medians summarised, docs/performance.md) and sanitize its GPU test;
-#          SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset but not the experiment's.
+#          AB="VARIABLE fwd|bwd VARIANT...": also time an experiment (docs/decisions.md): the exact forward or
+#          backward with the environment variable unset and set to each variant, AB_ROUNDS=3 alternating rounds at
+#          16384,4,4096 and 4096,4,4096, medians summarised, every shape benched with each variant; AB_TEST=FILTER
+#          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT)
 set -uo pipefail
@@ -93,11 +94,12 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
     2>>"$OUT/bench.log"
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
-  if [[ -n "${AB_FORWARD:-}" ]]; then
-    ab_experiment forward MHCDIFF_CUDA_FORWARD fwd quads weights no-prefetch
-    # Every benchmarked shape with the candidate, for the table if it is adopted.
-    for variant in quads weights; do
-      MHCDIFF_CUDA_FORWARD=$variant timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
+  if [[ -n "${AB:-}" ]]; then
+    read -r -a ab <<<"$AB"
+    ab_experiment experiment "${ab[@]}"
+    # Every benchmarked shape with each variant, for the table if one is adopted.
+    for variant in "${ab[@]:2}"; do
+      env "${ab[0]}=$variant" timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
         >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
       echo "bench $variant rc=$?" | tee -a "$OUT/summary.log"
     done
@@ -121,7 +123,7 @@ sanitize() {  # sanitize NAME TOOL GTEST_FILTER
 }
 if [[ -z "${SKIP_SANITIZER:-}" ]]; then
   for tool in memcheck racecheck; do
-    [[ -n "${AB_FORWARD:-}" ]] && sanitize forward $tool 'CudaOperator.ExactForwardTokenLoopsMatchCpu'
+    [[ -n "${AB_TEST:-}" ]] && sanitize experiment $tool "$AB_TEST"
   done
 fi
 if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then

@@ -340,33 +340,13 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
   expect_exact_without_twins_identical(in, "compact, non-finite");
 }
 
-// Sets an environment variable for a scope (the experiment switches), restoring it afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2
 // for its next token early: plant_midpoints' tokens (ties that go through the retest and the warp's staging round,
 // cancellation) are copied into the second token of several block rows and into the last token, where the
-// prefetched chunks are the ones used. Also the experiment's variants (MHCDIFF_CUDA_FORWARD=quads, weights,
-// no-prefetch; "" runs the default).
+// prefetched chunks are the ones used.
 TEST(CudaOperator, ExactForwardTokenLoopsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const Policy exact = find_policy("exact");
-  const bool requested_before = cuda::forward_experiment_requested();
   for (const int H : {4, 2, 1})
     for (const int64_t D : {4096, 1032, 136}) {
       if (H != 4 && D == 1032) continue;
@@ -385,17 +365,12 @@ TEST(CudaOperator, ExactForwardTokenLoopsMatchCpu) {
       PolicyResult cpu;
       allocate_result(cpu, in.shape, true, false);
       forward_cpu(exact.desc, in.view(), forward_outputs(cpu));
-      for (const char* variant : {"", "quads", "weights", "no-prefetch"}) {
-        const ScopedEnv env("MHCDIFF_CUDA_FORWARD", variant);
-        ASSERT_EQ(cuda::forward_experiment_requested(), *variant != '\0') << variant;
-        PolicyResult gpu;
-        allocate_result(gpu, in.shape, false, false);
-        poison(gpu);
-        cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
-        expect_identical(gpu.out, cpu.out, fmt::format("{}, H={} D={} out", variant, H, D));
-      }
+      PolicyResult gpu;
+      allocate_result(gpu, in.shape, false, false);
+      poison(gpu);
+      cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+      expect_identical(gpu.out, cpu.out, fmt::format("H={} D={} out", H, D));
     }
-  EXPECT_EQ(cuda::forward_experiment_requested(), requested_before);  // the switch is restored
 }
 
 // Outputs in the bf16/fp32 subnormal range and beyond the bf16 maximum: the GPU's rounding (a hardware

@@ -476,31 +476,14 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
   return left;
 }
 
-// ---- The next token's rows requested early; experiment "quads" ---------------------------------------------
-// The kernel waits on latency (ncu, session 6: neither a pipe nor DRAM saturated) and a warp's finishing (retest,
-// staging round) and its next token's weight loads have no memory request in flight, so at the start of a token
-// each lane asks L2 for its chunks of the block row's next token (prefetch.L2: no registers). H200, s20-1, three
-// alternating rounds: 16384 x 4 x 4096 0.3092 -> 0.3067 ms, 4096 x 4 x 4096 0.0856 -> 0.0851 ms; loading them
-// into registers after the stores instead (five blocks of 94 registers) was slower, 0.3200 ms.
-// Experiment switch (not the default): MHCDIFF_CUDA_FORWARD=quads gives each block row four tokens instead of two
-// (forward_exact_grid), so that three in four are prefetched and a warp finishes the declined pairs of four in one
-// round; weights also asks L2 for the next token's post and comb (two lanes of each warp); no-prefetch is the
-// kernel before s20 (the A/B's reference). Until a device A/B decides.
-enum class ForwardPrefetch { none, chunks, chunks_and_weights };
-struct ForwardExperiment {
-  ForwardPrefetch prefetch = ForwardPrefetch::chunks;  // the default kernel's
-  int tokens_per_row = 2;
-  bool operator==(const ForwardExperiment&) const = default;
-};
-
-ForwardExperiment requested_forward_experiment() {
-  return experiment_switch("MHCDIFF_CUDA_FORWARD",
-                           {{"quads", ForwardExperiment{ForwardPrefetch::chunks, 4}},
-                            {"weights", ForwardExperiment{ForwardPrefetch::chunks_and_weights, 2}},
-                            {"no-prefetch", ForwardExperiment{ForwardPrefetch::none, 2}}},
-                           ForwardExperiment{});
-}
-
+// ---- The exact forward at H <= 4 ------------------------------------------------------------------------
+// The next token's rows requested early. The kernel waits on latency (ncu, session 6: neither a pipe nor DRAM
+// saturated) and a warp's finishing (retest, staging round) and its next token's weight loads have no memory
+// request in flight, so at the start of a token each lane asks L2 for its chunks of the block row's next token
+// (prefetch.L2: no registers). H200, 16384 x 4 x 4096, alternating rounds: s20-1 0.3092 -> 0.3067 ms, s20-2
+// 0.3118 -> 0.3077 ms (95.2 % of copy). Slower in those runs: loading them into registers after the stores
+// (five blocks of 94 registers) 0.3200 ms; four tokens per block row, three in four prefetched, 0.3127; the next
+// token's post and comb prefetched too (two lanes per warp) 0.3108.
 // Asks L2 for this lane's chunks of token s (x and the HC residual rows).
 template <int HC>
 __device__ __forceinline__ void prefetch_token_l2(const InputsView& in, int64_t s, int64_t d0) {
@@ -510,7 +493,7 @@ __device__ __forceinline__ void prefetch_token_l2(const InputsView& in, int64_t 
   for (int k = 0; k < HC; ++k) prefetch_l2(in.residual + (s * HC + k) * D + d0);
 }
 
-template <int HC, ForwardPrefetch kPrefetch = ForwardPrefetch::chunks>
+template <int HC>
 __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
     forward_exact_kernel(InputsView in, bf16_bits* out, FallbackList fb) {
   static_assert(HC <= 4, "H = 8 runs forward_kernel's binary64 filter (its weights would not fit beside the chunks)");
@@ -529,11 +512,7 @@ __global__ void __launch_bounds__(kForwardThreads, kExactForwardMinBlocks)
 #pragma unroll
       for (int k = 0; k < HC; ++k) rc[k] = load_chunk<true>(in.residual + (s * HC + k) * D + d0, kChunk);
     }
-    if constexpr (kPrefetch != ForwardPrefetch::none)  // the block row's next token (see above)
-      if (active && s + gridDim.y < in.shape.S) prefetch_token_l2<HC>(in, s + gridDim.y, d0);
-    if constexpr (kPrefetch == ForwardPrefetch::chunks_and_weights)
-      if (lane < 2 && s + gridDim.y < in.shape.S)
-        prefetch_l2(lane == 0 ? in.post + (s + gridDim.y) * HC : in.comb + (s + gridDim.y) * HC * HC);
+    if (active && s + gridDim.y < in.shape.S) prefetch_token_l2<HC>(in, s + gridDim.y, d0);  // see above
     float post[HC], comb[HC][HC];  // comb[k][ho]
     load_weight_row<HC>(in.post + s * HC, post);
 #pragma unroll
@@ -641,10 +620,9 @@ void launch_forward_variant(Pol pol, const InputsView& in, const ForwardOutputs&
 // of resident blocks), so that it finishes the declined pairs of both in one round (0.318-0.322 -> 0.313-0.314
 // ms there; 1024 x 4 x 7168 unchanged at 0.044 ms).
 constexpr int64_t kExactPairedTokensFrom = 1024;
-dim3 forward_exact_grid(const Shape& sh, int tokens_per_row = 2) {
+dim3 forward_exact_grid(const Shape& sh) {
   dim3 grid = forward_grid(sh);
-  if (sh.S >= kExactPairedTokensFrom)
-    grid.y = std::min<unsigned>(grid.y, static_cast<unsigned>((sh.S + tokens_per_row - 1) / tokens_per_row));
+  if (sh.S >= kExactPairedTokensFrom) grid.y = std::min<unsigned>(grid.y, static_cast<unsigned>((sh.S + 1) / 2));
   return grid;
 }
 
@@ -654,16 +632,7 @@ void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& 
   if (M != Mode::fp32 && out.out_f64) {
     launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
-    const ForwardExperiment experiment = requested_forward_experiment();
-    const dim3 grid = forward_exact_grid(in.shape, experiment.tokens_per_row);
-    const auto launch = [&](auto kernel) { kernel<<<grid, kForwardThreads, 0, stream>>>(in, out.out, fb); };
-    switch (experiment.prefetch) {
-      case ForwardPrefetch::chunks: launch(forward_exact_kernel<HC>); break;
-      case ForwardPrefetch::chunks_and_weights:
-        launch(forward_exact_kernel<HC, ForwardPrefetch::chunks_and_weights>);
-        break;
-      case ForwardPrefetch::none: launch(forward_exact_kernel<HC, ForwardPrefetch::none>); break;
-    }
+    forward_exact_kernel<HC><<<forward_exact_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
     MHC_CUDA_CHECK_LAUNCH();
   } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
@@ -719,8 +688,6 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
     case Accumulator::exact: launch_forward_generic<Mode::exact>(pd, in, out, fb, stream, aligned); break;
   }
 }
-
-bool forward_experiment_requested() { return requested_forward_experiment() != ForwardExperiment{}; }
 
 int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }
 

@@ -5,11 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <initializer_list>
-#include <string_view>
-#include <utility>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -241,16 +237,6 @@ __device__ __forceinline__ int stage_warp_pairs(uint32_t declined, int staged, F
 }
 
 // ---- Launch helpers ----------------------------------------------------------------------------------------
-
-// An experiment switch (docs/decisions.md): the variant the environment variable `variable` names, `off` when it
-// is unset or names none of `variants`.
-template <class E>
-E experiment_switch(const char* variable, std::initializer_list<std::pair<std::string_view, E>> variants, E off) {
-  if (const char* v = std::getenv(variable))
-    for (const auto& [name, value] : variants)
-      if (name == v) return value;
-  return off;
-}
 
 // The current device's multiprocessors (asked once per process: mhcdiff uses one device).
 inline int multiprocessor_count() {

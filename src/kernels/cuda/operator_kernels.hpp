@@ -35,11 +35,6 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                      const FallbackList& fallback, cudaStream_t stream);
 
-// The experiment switch MHCDIFF_CUDA_FORWARD=quads or no-prefetch (forward_kernels.cu, docs/performance.md "What
-// is still open"): the exact forward at H <= 4 with four tokens per block row, or without its L2 prefetch. Off
-// unless set.
-bool forward_experiment_requested();
-
 // Where kernels with their own tests start, for those tests to reach them: the compact exact backward (H = 4,
 // this device) from this many tokens on, and the exact forward's block rows loop over tokens (where prefetching
 // the next one matters) from this many on.
