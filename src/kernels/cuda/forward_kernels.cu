@@ -484,6 +484,7 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
 // 0.3118 -> 0.3077 ms (95.2 % of copy). Slower in those runs: loading them into registers after the stores
 // (five blocks of 94 registers) 0.3200 ms; four tokens per block row, three in four prefetched, 0.3127; the next
 // token's post and comb prefetched too (two lanes per warp) 0.3108.
+
 // Asks L2 for this lane's chunks of token s (x and the HC residual rows).
 template <int HC>
 __device__ __forceinline__ void prefetch_token_l2(const InputsView& in, int64_t s, int64_t d0) {
