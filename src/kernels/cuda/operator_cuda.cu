@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/operator_cpu.hpp"
+#include "kernels/finite_scan.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/operator_kernels.hpp"
 
@@ -91,20 +92,6 @@ struct DeviceSlab {
     return items;
   }
 };
-
-// Whether every value the forward reads is finite (launch_forward's finite_inputs): bf16 with an exponent
-// field below all ones, binary32 by std::isfinite.
-bool forward_inputs_finite(const InputsView& in) {
-  const Shape& sh = in.shape;
-  auto finite_bf16 = [](const bf16_bits* p, int64_t n) {
-    return std::all_of(p, p + n, [](bf16_bits v) { return (v & 0x7f80u) != 0x7f80u; });
-  };
-  auto finite_fp32 = [](const float* p, int64_t n) {
-    return std::all_of(p, p + n, [](float v) { return std::isfinite(v); });
-  };
-  return finite_bf16(in.x, sh.S * sh.D) && finite_bf16(in.residual, sh.S * sh.H * sh.D) &&
-         finite_fp32(in.post, sh.S * sh.H) && finite_fp32(in.comb, sh.S * sh.H * sh.H);
-}
 
 InputsView host_slab(const InputsView& in, int64_t s0, int64_t count) {
   const int H = in.shape.H;
