@@ -40,7 +40,7 @@ TEST(FiniteScan, FiniteInputsPassIncludingTheLargestAndSubnormalValues) {
   in.post[0] = std::numeric_limits<float>::max();
   in.comb.back() = std::numeric_limits<float>::denorm_min();
   ASSERT_TRUE(all_finite_by_isfinite(in));
-  EXPECT_TRUE(forward_inputs_finite(in.view()));
+  for (int threads : {0, 1, 3}) EXPECT_TRUE(forward_inputs_finite(in.view(), threads)) << threads << " threads";
 }
 
 TEST(FiniteScan, OneInfinityOrNaNAnywhereIsFound) {
@@ -52,7 +52,7 @@ TEST(FiniteScan, OneInfinityOrNaNAnywhereIsFound) {
   int checked = 0;
   auto expect_found = [&](const Inputs& in, const std::string& where) {
     ASSERT_FALSE(all_finite_by_isfinite(in)) << where;
-    EXPECT_FALSE(forward_inputs_finite(in.view())) << where;
+    for (int threads : {0, 1, 3}) EXPECT_FALSE(forward_inputs_finite(in.view(), threads)) << where << ", " << threads << " threads";
     ++checked;
   };
   for (bf16_bits special : bf16_specials) {

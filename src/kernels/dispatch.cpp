@@ -39,7 +39,7 @@ Device resolve_device(const std::string& requested) {
 RunStats forward_on(Device device, const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out,
                     const CpuOptions& opt) {
 #if MHCDIFF_HAVE_CUDA
-  if (device == Device::cuda) return cuda::forward(pd, in, out, opt.exact_backend);
+  if (device == Device::cuda) return cuda::forward(pd, in, out, opt.exact_backend, opt.threads);
 #endif
   (void)device;
   return forward_cpu(pd, in, out, opt);
@@ -48,7 +48,7 @@ RunStats forward_on(Device device, const PolicyDesc& pd, const InputsView& in, c
 RunStats backward_on(Device device, const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                      const CpuOptions& opt) {
 #if MHCDIFF_HAVE_CUDA
-  if (device == Device::cuda) return cuda::backward(pd, in, out, opt.exact_backend);
+  if (device == Device::cuda) return cuda::backward(pd, in, out, opt.exact_backend, opt.threads);
 #endif
   (void)device;
   return backward_cpu(pd, in, out, opt);

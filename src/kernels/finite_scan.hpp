@@ -7,8 +7,8 @@
 namespace mhc {
 
 // x, residual, post and comb of `in` (grad_out is not read): bf16 values with an exponent field below all ones,
-// binary32 values by the same test on their bits. All hardware threads (OpenMP); the answer does not depend on
-// their number.
-bool forward_inputs_finite(const InputsView& in);
+// binary32 values by the same test on their bits. `threads` OpenMP threads (0: all hardware threads, as
+// CpuOptions); the answer does not depend on their number.
+bool forward_inputs_finite(const InputsView& in, int threads = 0);
 
 }  // namespace mhc

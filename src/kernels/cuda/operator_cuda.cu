@@ -155,7 +155,8 @@ std::string device_name() {
   return prop.name;
 }
 
-RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, ExactBackend backend) {
+RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, ExactBackend backend,
+                 int cpu_threads) {
   check_shape(in);
   RunStats stats;
   const Shape& sh = in.shape;
@@ -174,7 +175,7 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
     const InputsView hin = host_slab(in, s0, count);
     const InputsView din = dev.upload(in, s0, count);
     const ForwardOutputs dout{d_out.get(), optional_device(d_out64, out.out_f64)};
-    launch_forward(pd, din, dout, dev.fallback(), nullptr, forward_inputs_finite(hin));
+    launch_forward(pd, din, dout, dev.fallback(), nullptr, forward_inputs_finite(hin, cpu_threads));
     MHC_CUDA_CHECK(cudaDeviceSynchronize());
     const ForwardOutputs hout = host_slab(out, sh, s0);
     const size_t n = size_t(count) * sh.H * sh.D;
@@ -182,12 +183,13 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
     to_host(hout.out_f64, d_out64.get(), n);
     if (pd.accumulator != Accumulator::exact) continue;
     stats.fallback_elements += finish_listed_elements(dev, hin, hout, {}, backend, terms,
-                                                      [&] { forward_cpu(pd, hin, hout, CpuOptions{0, backend}); });
+                                                      [&] { forward_cpu(pd, hin, hout, CpuOptions{cpu_threads, backend}); });
   }
   return stats;
 }
 
-RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, ExactBackend backend) {
+RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, ExactBackend backend,
+                  int cpu_threads) {
   check_shape(in);
   if (!in.grad_out) throw std::invalid_argument("the backward needs grad_out in the inputs");
   RunStats stats;
@@ -231,7 +233,7 @@ RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutp
     if (pd.accumulator != Accumulator::exact) continue;
     const InputsView hin = host_slab(in, s0, count);
     stats.fallback_elements += finish_listed_elements(dev, hin, {}, hout, backend, terms,
-                                                      [&] { backward_cpu(pd, hin, hout, CpuOptions{0, backend}); });
+                                                      [&] { backward_cpu(pd, hin, hout, CpuOptions{cpu_threads, backend}); });
   }
   return stats;
 }

@@ -13,8 +13,11 @@ bool device_available();
 std::string device_name();
 
 // Elements the GPU's exact fast path cannot certify are finished on the CPU with the multiprecision
-// fallback; RunStats says how many.
-RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, ExactBackend backend);
-RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, ExactBackend backend);
+// fallback; RunStats says how many. cpu_threads bounds the host's share (that finishing, and the forward's scan
+// of each slab for non-finite values) like CpuOptions::threads: 0 is all hardware threads.
+RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, ExactBackend backend,
+                 int cpu_threads = 0);
+RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, ExactBackend backend,
+                  int cpu_threads = 0);
 
 }  // namespace mhc::cuda
