@@ -210,6 +210,35 @@ TEST_F(CompareReview, MaxUlpAbove2To53IsComparedExactly) {
   EXPECT_EQ(equal.exit_code, 0) << equal.out << equal.err;
 }
 
+// The count limits are whole numbers up to 2^64 − 1: read as int64 they were capped at 2^63 − 1, so a binary64
+// distance of ±max (2^64 − 2^53 − 2 ULP) failed --max-ulp 18446744073709551615, and 2^64 as text was capped too.
+TEST_F(CompareReview, CountLimitsReachTwoToTheSixtyFourMinusOne) {
+  const double max = std::numeric_limits<double>::max();
+  {
+    RawFile f(dir->file("far.h5"));
+    f.bf16("/results/a/out", {1, 1, 1}, {0x3f80});
+    f.bf16("/results/b/out", {1, 1, 1}, {0x3f80});
+    f.f64("/results/a/out_f64", {1, 1, 1}, {-max});
+    f.f64("/results/b/out_f64", {1, 1, 1}, {max});
+  }
+  const std::string base = "compare far.h5:a far.h5:b --tensors out_f64 ";
+  const CliResult top = run_cli(*dir, base + "--max-ulp 18446744073709551615 --max-mismatch 18446744073709551615");
+  EXPECT_EQ(top.exit_code, 0) << top.out << top.err;
+  EXPECT_NE(top.out.find("max ULP 18437736874454810622 ≤ 18446744073709551615 allowed"), std::string::npos) << top.out;
+  EXPECT_EQ(run_cli(*dir, base + "--max-ulp 18437736874454810622").exit_code, 0);
+  const CliResult under = run_cli(*dir, base + "--max-ulp 18437736874454810621");
+  EXPECT_EQ(under.exit_code, 1) << under.out << under.err;
+  EXPECT_NE(under.out.find("max ULP 18437736874454810622 > 18437736874454810621 allowed"), std::string::npos)
+      << under.out;
+  for (const char* bad : {"18446744073709551616", "99999999999999999999", "1e3", "+5", "0x10", "abc"}) {
+    for (const char* option : {"--max-ulp", "--max-mismatch"}) {
+      const CliResult r = run_cli(*dir, base + option + " " + bad);
+      expect_input_error(r, {option, bad, "expected a whole number from 0 to 18446744073709551615"},
+                         std::string(option) + " " + bad);
+    }
+  }
+}
+
 // Integer limits print as integers in every format: text and Markdown gave "≤ 1e+16 allowed", JSON "limit": 1e+16
 // and 9007199254740992 for 2^53 + 1, and --max-mismatch 2^63 − 1 printed as "-0".
 TEST_F(CompareReview, CountLimitsPrintAsIntegersInEveryFormat) {

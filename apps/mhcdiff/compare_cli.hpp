@@ -4,8 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,9 +27,11 @@ namespace mhc::cli {
 struct CompareCliOptions {
   std::string inputs;
   std::vector<std::string> tensors;
-  std::optional<int64_t> max_mismatch;
+  // Whole numbers up to 2^64 − 1, read by parse_whole_number: as int64 options they were capped at 2^63 − 1
+  // (out-of-range text included), although binary64 tensors reach distances near 2^64.
+  std::optional<std::string> max_mismatch;
   std::optional<double> max_mismatch_frac;
-  std::optional<int64_t> max_ulp;  // signed, so that -3 is refused rather than wrapped to 2^64 − 3
+  std::optional<std::string> max_ulp;
   std::optional<double> rtol, atol;
   std::string grad_rel_l2 = fmt::format("{}", compare::kDefaultGradRelL2);
   std::string grad_norm_max = fmt::format("{}", compare::kDefaultGradNormMax);
@@ -98,6 +104,20 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
 // Every check below is written as "not in range", so that NaN (for which every comparison is false) is refused
 // too: a NaN limit would otherwise reach a gate that it makes pass.
 
+// A count limit: decimal digits only, 0 .. 2^64 − 1. A sign, a fraction, an exponent or a larger number is refused
+// (a negative count used to wrap to 2^64 − 3 when read as unsigned, and to be capped when read as int64).
+inline uint64_t parse_whole_number(const std::string& option, const std::string& text) {
+  if (!text.empty() && text[0] == '-') throw InputError(fmt::format("{} {} must be at least 0", option, text));
+  uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (!digits || ec != std::errc() || ptr != end)
+    throw InputError(fmt::format("{} {}: expected a whole number from 0 to {}", option, text,
+                                 std::numeric_limits<uint64_t>::max()));
+  return v;
+}
+
 // "off" / "none" disables a defaulted gate; anything else must be a finite non-negative number.
 inline std::optional<double> parse_optional_limit(const std::string& option, const std::string& text) {
   if (text == "off" || text == "none") return std::nullopt;
@@ -129,15 +149,11 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
     g.grad_tensors.norm_max =
         compare::Threshold{*v, "--grad-norm-max" + std::string(*v == compare::kDefaultGradNormMax ? " (default)" : "")};
   compare::Thresholds& all = g.every_tensor;
-  if (o.max_mismatch) {
-    if (*o.max_mismatch < 0) throw InputError("--max-mismatch must be at least 0");
-    all.max_mismatch = compare::Threshold::whole_number(static_cast<uint64_t>(*o.max_mismatch), "--max-mismatch");
-  }
+  if (o.max_mismatch)
+    all.max_mismatch = compare::Threshold::whole_number(parse_whole_number("--max-mismatch", *o.max_mismatch),
+                                                        "--max-mismatch");
   if (o.max_mismatch_frac) all.max_mismatch_frac = compare::Threshold{*o.max_mismatch_frac, "--max-mismatch-frac"};
-  if (o.max_ulp) {
-    if (*o.max_ulp < 0) throw InputError(fmt::format("--max-ulp {} must be at least 0", *o.max_ulp));
-    all.max_ulp = compare::Threshold::whole_number(static_cast<uint64_t>(*o.max_ulp), "--max-ulp");
-  }
+  if (o.max_ulp) all.max_ulp = compare::Threshold::whole_number(parse_whole_number("--max-ulp", *o.max_ulp), "--max-ulp");
   if (o.rtol && o.atol) {
     all.tolerance = metrics::Tolerance{*o.rtol, *o.atol};
     all.tolerance_origin = "--rtol/--atol";
