@@ -212,15 +212,18 @@ TEST_F(CompareReview, MaxUlpAbove2To53IsComparedExactly) {
 
 // The count limits are whole numbers up to 2^64 − 1: read as int64 they were capped at 2^63 − 1, so a binary64
 // distance of ±max (2^64 − 2^53 − 2 ULP) failed --max-ulp 18446744073709551615, and 2^64 as text was capped too.
-TEST_F(CompareReview, CountLimitsReachTwoToTheSixtyFourMinusOne) {
+// Groups a and b whose one out_f64 element is −max and +max: |C − R| = 2·max, beyond binary64.
+void write_opposite_extremes(const std::string& path) {
   const double max = std::numeric_limits<double>::max();
-  {
-    RawFile f(dir->file("far.h5"));
-    f.bf16("/results/a/out", {1, 1, 1}, {0x3f80});
-    f.bf16("/results/b/out", {1, 1, 1}, {0x3f80});
-    f.f64("/results/a/out_f64", {1, 1, 1}, {-max});
-    f.f64("/results/b/out_f64", {1, 1, 1}, {max});
-  }
+  RawFile f(path);
+  f.bf16("/results/a/out", {1, 1, 1}, {0x3f80});
+  f.bf16("/results/b/out", {1, 1, 1}, {0x3f80});
+  f.f64("/results/a/out_f64", {1, 1, 1}, {-max});
+  f.f64("/results/b/out_f64", {1, 1, 1}, {max});
+}
+
+TEST_F(CompareReview, CountLimitsReachTwoToTheSixtyFourMinusOne) {
+  write_opposite_extremes(dir->file("far.h5"));
   const std::string base = "compare far.h5:a far.h5:b --tensors out_f64 ";
   const CliResult top = run_cli(*dir, base + "--max-ulp 18446744073709551615 --max-mismatch 18446744073709551615");
   EXPECT_EQ(top.exit_code, 0) << top.out << top.err;
@@ -237,6 +240,19 @@ TEST_F(CompareReview, CountLimitsReachTwoToTheSixtyFourMinusOne) {
                          std::string(option) + " " + bad);
     }
   }
+}
+
+// |C − R| ≤ atol + rtol·|R| holds for −max against +max exactly when rtol ≥ 2: in binary64 both sides overflowed to
+// inf and inf ≤ inf passed every rtol ≥ 1.
+TEST_F(CompareReview, AllcloseBeyondBinary64RangeIsDecidedExactly) {
+  write_opposite_extremes(dir->file("far.h5"));
+  const std::string base = "compare far.h5:a far.h5:b --tensors out_f64 --atol 0 --rtol ";
+  const CliResult over = run_cli(*dir, base + "1.5");
+  EXPECT_EQ(over.exit_code, 1) << over.out << over.err;
+  EXPECT_NE(over.out.find("1 element outside |C−R| ≤ 0 + 1.5·|R|"), std::string::npos) << over.out;
+  const CliResult edge = run_cli(*dir, base + "2");
+  EXPECT_EQ(edge.exit_code, 0) << edge.out << edge.err;
+  EXPECT_EQ(run_cli(*dir, base + "1.9999999999999998").exit_code, 1);
 }
 
 // Integer limits print as integers in every format: text and Markdown gave "≤ 1e+16 allowed", JSON "limit": 1e+16

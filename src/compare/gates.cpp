@@ -218,8 +218,8 @@ std::vector<GateOutcome> evaluate_gates(const TensorReport& t, const GateConfig&
     GateOutcome g = count_gate("allclose", zero, static_cast<uint64_t>(s.tolerance_violations), s.first_violation_index);
     const std::string rule = fmt::format("|C−R| ≤ {} + {}·|R|", metric(th.tolerance->atol), metric(th.tolerance->rtol));
     g.summary = g.passed ? fmt::format("every element within {}", rule)
-                         : fmt::format("{} elements outside {}, the first{}", count(s.tolerance_violations), rule,
-                                       at(t, s.first_violation_index));
+                         : fmt::format("{} element{} outside {}, the first{}", count(s.tolerance_violations),
+                                       s.tolerance_violations == 1 ? "" : "s", rule, at(t, s.first_violation_index));
     out.push_back(g);
   }
   if (th.rel_l2)

@@ -128,9 +128,15 @@ void ComparisonAccumulator::add_run(const T* cand, const T* ref, int64_t n, int6
       const double rel = in_range ? diff / std::fabs(r.value) : std::ldexp(half / std::fabs(r.value), 1);
       if (!s_.max_rel || s_.max_rel->index < 0 || rel > s_.max_rel->value) s_.max_rel = Located{rel, index};
     }
-    // Written as "not within" so that a NaN bound (a NaN tolerance, or rtol = inf against R = 0) violates.
-    if (s_.tolerance && !(diff <= s_.tolerance->atol + s_.tolerance->rtol * std::fabs(r.value)))
-      if (s_.tolerance_violations++ == 0) s_.first_violation_index = index;
+    // Written as "not within" so that a NaN bound (a NaN tolerance, or rtol = inf against R = 0) violates. Beyond
+    // binary64's range both sides are halved (exact at that scale): as inf <= inf, −max against +max used to pass
+    // rtol = 1.5. A bound that overflows only when halved does exceed |C − R|/2, so inf there is right.
+    if (s_.tolerance) {
+      const Tolerance& t = *s_.tolerance;
+      const bool within = in_range ? diff <= t.atol + t.rtol * std::fabs(r.value)
+                                   : half <= 0.5 * t.atol + (0.5 * t.rtol) * std::fabs(r.value);
+      if (!within && s_.tolerance_violations++ == 0) s_.first_violation_index = index;
+    }
     offer({index, c.value, r.value, diff, ulp});
   }
 }
