@@ -293,6 +293,42 @@ std::map<std::string, std::string> inputs_attributes(const std::string& path) {
   return attrs;
 }
 
+// golden check: --grad-rel-l2 / --grad-norm-max, when given, replace the golden file's limits for the grad_* tensors
+// ('off' removes them); not given, their defaults do not. They used to be ignored without a word, while --max-ulp
+// and --max-mismatch-frac did override. out keeps its stored limits either way (these options are for grad_*).
+TEST_F(CompareReview, GivenGradientGatesReplaceTheGoldenLimits) {
+  const auto gate_lines = [](const std::string& text, const std::string& gate) {
+    std::vector<std::string> lines;
+    size_t at = 0;
+    while ((at = text.find(gate, at)) != std::string::npos) {
+      const size_t begin = text.rfind('\n', at) + 1, end = text.find('\n', at);
+      lines.push_back(text.substr(begin, end - begin));
+      at = end;
+    }
+    return lines;
+  };
+  const std::string check = "golden check policy:hf --golden golden.h5 ";
+  // Not given: every rel-l2 / norm-max gate is the golden file's (hf differs from exact, so they fail).
+  const CliResult stored = run_cli(*dir, check);
+  ASSERT_EQ(stored.exit_code, 1) << stored.err;
+  for (const char* gate : {"    FAIL rel-l2 ", "    FAIL norm-max "}) {
+    const auto lines = gate_lines(stored.out, gate);
+    EXPECT_EQ(lines.size(), 5u) << gate << "\n" << stored.out;  // out and the four gradients
+    for (const auto& l : lines) EXPECT_NE(l.find("[golden golden.h5]"), std::string::npos) << l;
+  }
+  // Given: the four gradients take them; out keeps the stored limit.
+  const CliResult given = run_cli(*dir, check + "--grad-rel-l2 1 --grad-norm-max off");
+  ASSERT_EQ(given.exit_code, 1) << given.err;
+  const auto passed = gate_lines(given.out, "    pass rel-l2 ");
+  EXPECT_EQ(passed.size(), 4u) << given.out;
+  for (const auto& l : passed) EXPECT_NE(l.find("≤ 1 allowed  [--grad-rel-l2]"), std::string::npos) << l;
+  const auto failed = gate_lines(given.out, "    FAIL rel-l2 ");
+  ASSERT_EQ(failed.size(), 1u) << given.out;
+  EXPECT_NE(given.out.find("FAIL out rel-l2"), std::string::npos) << given.out;
+  EXPECT_EQ(gate_lines(given.out, "    FAIL norm-max ").size(), 1u) << given.out;  // out's; the gradients' are off
+  EXPECT_EQ(gate_lines(given.out, "    pass norm-max ").size(), 0u) << given.out;
+}
+
 TEST_F(CompareReview, GoldenFilesCarryTheInputsProvenanceAndCheckThreads) {
   auto attrs = inputs_attributes(dir->file("golden.h5"));
   EXPECT_NE(attrs["source_file"].find("in.h5"), std::string::npos);

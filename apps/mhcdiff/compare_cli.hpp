@@ -33,8 +33,7 @@ struct CompareCliOptions {
   std::optional<double> max_mismatch_frac;
   std::optional<std::string> max_ulp;
   std::optional<double> rtol, atol;
-  std::string grad_rel_l2 = fmt::format("{}", compare::kDefaultGradRelL2);
-  std::string grad_norm_max = fmt::format("{}", compare::kDefaultGradNormMax);
+  std::optional<std::string> grad_rel_l2, grad_norm_max;  // not given: the defaults (kDefaultGrad*)
   std::optional<double> min_survivor_frac;
   double census_threshold = metrics::kDefaultCensusThreshold;
   std::string relative_to;
@@ -63,12 +62,14 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   auto* atol = cmd->add_option("--atol", o.atol, "absolute part of the torch-style tolerance")->group(g);
   rtol->needs(atol);
   atol->needs(rtol);
-  cmd->add_option("--grad-rel-l2", o.grad_rel_l2, "grad_* tensors: ||C-R||/||R|| at most this ('off' to disable)")
-      ->group(g)
-      ->capture_default_str();
-  cmd->add_option("--grad-norm-max", o.grad_norm_max, "grad_* tensors: max|C-R|/max|R| at most this ('off' to disable)")
-      ->group(g)
-      ->capture_default_str();
+  cmd->add_option("--grad-rel-l2", o.grad_rel_l2,
+                  fmt::format("grad_* tensors: ||C-R||/||R|| at most this (default {}; 'off' to disable)",
+                              compare::kDefaultGradRelL2))
+      ->group(g);
+  cmd->add_option("--grad-norm-max", o.grad_norm_max,
+                  fmt::format("grad_* tensors: max|C-R|/max|R| at most this (default {}; 'off' to disable)",
+                              compare::kDefaultGradNormMax))
+      ->group(g);
   cmd->add_option("--min-survivor-frac", o.min_survivor_frac,
                   with_inputs ? "out: at least this fraction of cancellation cases must survive (needs --inputs)"
                               : "out: at least this fraction of cancellation cases must survive (from the golden "
@@ -143,11 +144,19 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   c.read = o.read.options();
   compare::GateConfig& g = c.gates;
   g = compare::GateConfig{};
-  if (auto v = parse_optional_limit("--grad-rel-l2", o.grad_rel_l2))
-    g.grad_tensors.rel_l2 = compare::Threshold{*v, "--grad-rel-l2" + std::string(*v == compare::kDefaultGradRelL2 ? " (default)" : "")};
-  if (auto v = parse_optional_limit("--grad-norm-max", o.grad_norm_max))
-    g.grad_tensors.norm_max =
-        compare::Threshold{*v, "--grad-norm-max" + std::string(*v == compare::kDefaultGradNormMax ? " (default)" : "")};
+  if (o.grad_rel_l2) {
+    if (auto v = parse_optional_limit("--grad-rel-l2", *o.grad_rel_l2)) g.grad_tensors.rel_l2 = compare::Threshold{*v, "--grad-rel-l2"};
+  } else {
+    g.grad_tensors.rel_l2 = compare::Threshold{compare::kDefaultGradRelL2, "--grad-rel-l2 (default)"};
+  }
+  if (o.grad_norm_max) {
+    if (auto v = parse_optional_limit("--grad-norm-max", *o.grad_norm_max))
+      g.grad_tensors.norm_max = compare::Threshold{*v, "--grad-norm-max"};
+  } else {
+    g.grad_tensors.norm_max = compare::Threshold{compare::kDefaultGradNormMax, "--grad-norm-max (default)"};
+  }
+  g.grad_rel_l2_given = o.grad_rel_l2.has_value();
+  g.grad_norm_max_given = o.grad_norm_max.has_value();
   compare::Thresholds& all = g.every_tensor;
   if (o.max_mismatch)
     all.max_mismatch = compare::Threshold::whole_number(parse_whole_number("--max-mismatch", *o.max_mismatch),

@@ -47,7 +47,6 @@ Format format_of_tensor(const std::string& name) {
   return Format::bf16;
 }
 
-bool is_grad(const std::string& name) { return name.rfind("grad_", 0) == 0; }
 
 // The element dims of one token for a tensor of this shape (SPEC §1).
 std::vector<int64_t> token_dims(const std::string& name, const Shape& sh) {
@@ -408,7 +407,7 @@ CompareReport run_compare(const CompareOptions& opt) {
                                    "--inputs in.h5", opt.gates.relative_to));
   }
   bool need_backward = false;
-  for (const auto& n : names) need_backward = need_backward || is_grad(n);
+  for (const auto& n : names) need_backward = need_backward || is_grad_tensor(n);
   if (need_backward && reader && !reader->has_grad() && (cand.spec.is_policy || ref.spec.is_policy || relative ||
                                                           exact_policy))
     throw InputError(fmt::format("the gradients need /inputs/grad_out, which {} does not hold", opt.inputs));

@@ -37,11 +37,11 @@ bool Thresholds::empty() const {
   return !max_mismatch && !max_mismatch_frac && !max_ulp && !tolerance && !rel_l2 && !norm_max && !min_survivor_frac;
 }
 
-static bool is_grad(const std::string& tensor) { return tensor.rfind("grad_", 0) == 0; }
+bool is_grad_tensor(const std::string& tensor) { return tensor.rfind("grad_", 0) == 0; }
 
 Thresholds GateConfig::for_tensor(const std::string& tensor) const {
   Thresholds t;
-  if (is_grad(tensor)) t.overlay(grad_tensors);
+  if (is_grad_tensor(tensor)) t.overlay(grad_tensors);
   t.overlay(every_tensor);
   if (auto it = per_tensor.find(tensor); it != per_tensor.end()) t.overlay(it->second);
   return t;

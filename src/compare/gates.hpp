@@ -55,9 +55,16 @@ struct Thresholds {
   bool empty() const;
 };
 
+// grad_x, grad_residual, grad_post, grad_comb and their _f64 twins: the tensors grad_tensors' gates apply to.
+bool is_grad_tensor(const std::string& tensor);
+
 struct GateConfig {
   Thresholds every_tensor;                       // --max-mismatch, --max-ulp, --rtol/--atol, ...
   Thresholds grad_tensors;                       // --grad-rel-l2 / --grad-norm-max (defaults above)
+  // Whether --grad-rel-l2 / --grad-norm-max were given rather than defaulted: golden check then lets them (a
+  // limit, or 'off' as an empty grad_tensors field) replace the golden file's limits for the grad_* tensors.
+  bool grad_rel_l2_given = false;
+  bool grad_norm_max_given = false;
   std::map<std::string, Thresholds> per_tensor;  // golden tolerances
   std::string relative_to;                       // --relative-to POLICY ("" none)
   double relative_factor = 1.0;                  // --factor k

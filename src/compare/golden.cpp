@@ -280,7 +280,13 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
     th.max_mismatch_frac = Threshold{t.max_mismatch_frac, origin};
     th.rel_l2 = Threshold{t.rel_l2, origin};
     th.norm_max = Threshold{t.norm_max, origin};
-    // Options given on the command line for every tensor still win over the stored values.
+    // Options given on the command line still win over the stored values: those for every tensor, and for the
+    // grad_* tensors --grad-rel-l2 / --grad-norm-max when given (their defaults do not replace a stored limit;
+    // 'off' removes it).
+    if (is_grad_tensor(t.tensor)) {
+      if (opt.gates.grad_rel_l2_given) th.rel_l2 = opt.gates.grad_tensors.rel_l2;
+      if (opt.gates.grad_norm_max_given) th.norm_max = opt.gates.grad_tensors.norm_max;
+    }
     th.overlay(opt.gates.every_tensor);
     opt.gates.per_tensor[t.tensor] = th;
     checked.push_back(t.tensor);
