@@ -92,6 +92,7 @@ struct Config {
   Shape shape;
   bool subnormal_inputs = false;  // oneDNN flushes subnormals: bmm-based HF tensors are not bit-comparable
   bool signed_zeros = false;      // only for the signed-zero test
+  bool overflow = false;          // only for math.fsum: results at binary32's (and bf16's) overflow threshold
 };
 
 // Token kinds, cycled over s: each configuration holds all four.
@@ -206,6 +207,44 @@ struct InputsBuilder {
       for (int b = 0; b < H(); ++b) comb(s, a, b) = float(rng.uniform() * 0x1p-10);
   }
 
+  // Sums at the top of the range, which bf16 and binary32 share (2^128): on every third d, out[s,0,d],
+  // ∂x[s,d] and ∂residual[s,0,d] are exactly the bf16 overflow midpoint 2^128 − 2^119 (between the largest
+  // finite bf16, 2^128 − 2^120, and 2^128), which ties to even and so to infinity, plus a tie-breaker of
+  // ±2^-140 or 0 (a third each; −2^-140 rounds to the largest finite); elsewhere values of 2^118 to 2^127 with
+  // random signs, whose sums over D overflow binary32. The whole token is negated at random.
+  void overflow_token(int64_t s) {
+    constexpr uint16_t kTwo127 = 0x7f00, kTwo127MinusHalfUlp = 0x7eff;  // 2^127, 2^127 − 2^119
+    auto top = [&]() -> uint16_t { return uint16_t((rng.next() & 0x8000) | (0x7a80 + rng.below(0x480))); };
+    for (int64_t d = 0; d < D(); ++d) {
+      x(s, d) = top();
+      for (int k = 0; k < H(); ++k) r(s, k, d) = top(), g(s, k, d) = top();
+    }
+    for (int ho = 0; ho < H(); ++ho) post(s, ho) = float(0.5 + rng.uniform());
+    for (int a = 0; a < H(); ++a)
+      for (int b = 0; b < H(); ++b) comb(s, a, b) = float(0.5 + rng.uniform());
+    // The tie: post·x + comb·r for out (streams 0 and 1 of comb's column 0, the rest zero but stream 2's
+    // tie-breaker), post·g for ∂x and comb's row 0 times g for ∂residual[0], each from streams 0, 1 and 2.
+    post(s, 0) = post(s, 1) = 1.0f;
+    post(s, 2) = 0x1p-140f;
+    for (int k = 0; k < H(); ++k) comb(s, k, 0) = 0.0f;
+    comb(s, 0, 0) = 1.0f, comb(s, 1, 0) = 0x1p-140f;
+    comb(s, 0, 1) = 1.0f, comb(s, 0, 2) = 0x1p-140f;
+    for (int ho = 3; ho < H(); ++ho) post(s, ho) = comb(s, 0, ho) = 0.0f;
+    const uint16_t sign = rng.below(2) ? 0x8000 : 0;
+    for (int64_t d = 0; d < D(); d += 3) {
+      const uint16_t breaker[] = {0x0000, 0x3f80, 0xbf80};  // 0, +1, −1 (times 2^-140)
+      const uint16_t b = breaker[rng.below(3)];
+      x(s, d) = kTwo127, r(s, 0, d) = kTwo127MinusHalfUlp, r(s, 1, d) = b;
+      g(s, 0, d) = kTwo127, g(s, 1, d) = kTwo127MinusHalfUlp, g(s, 2, d) = b;
+    }
+    if (sign) {
+      for (int64_t d = 0; d < D(); ++d) {
+        x(s, d) ^= sign;
+        for (int k = 0; k < H(); ++k) r(s, k, d) ^= sign, g(s, k, d) ^= sign;
+      }
+    }
+  }
+
   // x = residual = -0 everywhere, grad_out = -0: every product is -0 (see the signed-zero test).
   void signed_zero_token(int64_t s) {
     randn_token(s);
@@ -219,6 +258,7 @@ Inputs make_inputs(const Config& c, uint64_t seed) {
   InputsBuilder b(c.shape, seed);
   for (int64_t s = 0; s < c.shape.S; ++s) {
     if (c.signed_zeros) b.signed_zero_token(s);
+    else if (c.overflow) b.overflow_token(s);
     else if (c.subnormal_inputs) b.subnormal_token(s);
     else switch (TokenKind(s % 4)) {
         case TokenKind::randn: b.randn_token(s); break;
@@ -245,6 +285,7 @@ std::vector<Config> configs() {
   out.push_back({"h4_d31_small", {2, 4, 31}});  // below the oneDNN size: PyTorch's bf16-accumulating bmm
   out.push_back({"h4_d257_subnormal", {12, 4, 257}, true});
   out.push_back({"h2_d64_signed_zeros", {36, 2, 64}, false, true});
+  out.push_back({"h4_d64_overflow", {8, 4, 64}, false, false, true});
   return out;
 }
 
@@ -698,7 +739,7 @@ void check_reference(Ref ref, const std::string& policy, bool signed_zero_config
   const PolicyDesc pd = find_policy(policy).desc;
   std::vector<TensorCheck> checks;
   for (const ConfigData& cd : run.data) {
-    if (cd.config.signed_zeros != signed_zero_config) continue;
+    if (cd.config.signed_zeros != signed_zero_config || cd.config.overflow) continue;
     const Shape& sh = cd.config.shape;
     const Probe probe = probe_of(run, cd.config);
     const PolicyResult res = run_policy_cpu(pd, cd.inputs.view(), true);
