@@ -112,6 +112,32 @@ TEST(Explain, RoundingStepsReportWhatWasLost) {
   EXPECT_EQ(t.steps[0].lost, 0.0);
 }
 
+// A step of finite operands that overflows loses everything beyond the range: lost = exact − (±inf) = ∓inf, for the
+// fused step (fp32-seeded-fma's c·r + p·x, which reported the exact 6e38 + 1) as for the plain ones.
+TEST(Explain, AnOverflowingStepLosesMinusInfinity) {
+  ElementInputs e;
+  e.H = 1;
+  e.p = 1.0f;
+  e.x = 1.0f;
+  e.c[0] = 3e38f;
+  e.r[0] = 2.0f;  // c·r = 6e38, beyond binary32
+  for (const char* policy : {"fp32-seeded", "fp32-seeded-fma"}) {
+    for (float sign : {1.0f, -1.0f}) {
+      e.r[0] = 2.0f * sign;
+      const Explanation ex = explain_element(e, {0, 0, 0}, {find_policy(policy)});
+      const std::vector<TraceStep>& steps = ex.policies[0].steps;
+      // The first infinite step is the overflow; later ones take an infinite operand, which is exact (lost 0).
+      int infinite = 0;
+      for (const TraceStep& s : steps) {
+        if (!std::isinf(s.value)) continue;
+        EXPECT_EQ(s.value, sign * HUGE_VAL) << policy << " " << s.result << " = " << s.expr;
+        EXPECT_EQ(s.lost, infinite++ == 0 ? -sign * HUGE_VAL : 0.0) << policy << " " << s.result << " = " << s.expr;
+      }
+      EXPECT_GE(infinite, 1) << policy;
+    }
+  }
+}
+
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
   const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
   const std::string j = format_explanation_json(e);

@@ -59,8 +59,11 @@ constexpr const char* rn_name() { return sizeof(F) == 4 ? "RN32" : "RN64"; }
 template <class F>
 constexpr const char* format_name() { return sizeof(F) == 4 ? "fp32" : "fp64"; }
 
-// exact − rounded for a sum of terms that are exact doubles (products of floats, floats, the result).
+// exact − rounded for a sum of terms that are exact doubles (products of floats, floats, the result). Finite terms
+// whose rounded sum overflowed lost everything beyond the range: exact − (±inf) = ∓inf (the accumulator cannot
+// take an infinity; a fused step used to report its exact value here).
 inline double exact_minus(std::initializer_list<double> terms, double rounded) {
+  if (std::isinf(rounded)) return -rounded;
   ExactAccumulator acc;
   for (double t : terms) acc.add(t);
   acc.add(-rounded);
