@@ -142,13 +142,13 @@ TEST(Fingerprint, FindsTheMatchWhenTheSampleTiesEveryVariant) {
   const int64_t D = in.shape.D;
   const int H = in.shape.H;
   FingerprintOptions o = small_options();
-  o.sample_elements = 4 * H * D;  // every 4th token
-  for (int64_t s = 0; s < in.shape.S; s += 4) {
+  o.sample_elements = 5 * H * D;  // a stride of 16 / 5 = 3 tokens (a prime, kept)
+  for (int64_t s = 0; s < in.shape.S; s += 3) {
     std::fill_n(in.x.begin() + s * D, D, bf16_bits{0});
     std::fill_n(in.residual.begin() + s * H * D, H * D, bf16_bits{0});
   }
   const FingerprintReport rep = fingerprint(in.view(), reference(in, true, fp32_seeded_fma).data(), o);
-  ASSERT_EQ(rep.sampled_tokens, 4) << "the sample must be the zero tokens alone for this test to mean anything";
+  ASSERT_EQ(rep.sampled_tokens, 6) << "the sample must be the zero tokens alone for this test to mean anything";
   expect_first_match(rep, "fp32-seeded-fma", CombOrientation::dst_src);
 }
 
@@ -184,6 +184,44 @@ TEST(Fingerprint, FindsEvenOddLaneMixture) {
   const auto& parity = rep.patterns.front().by_d_mod.front();
   ASSERT_EQ(parity.first, 2);
   EXPECT_TRUE(parity.second[0] == 0 || parity.second[1] == 0) << parity.second[0] << " / " << parity.second[1];
+}
+
+// A lane mixture whose minority recipe is far off elsewhere: hf-bf16 on d % 4 == 3 of an fp32-seeded kernel.
+// hf-bf16 alone mismatches on the other three quarters and ranked far below the 12 survivors, so no pair held
+// it; it is verified now as the sample's exact winner of class 3 of d mod 4.
+float hf_on_every_fourth_lane(const Element& e, int H, int64_t d) {
+  return d % 4 == 3 ? hf_bf16(e, H, d) : fp32_seeded(e, H, d);
+}
+
+TEST(Fingerprint, FindsAMixtureWhoseMinorityRecipeIsFarOffElsewhere) {
+  const Inputs in = cancelling_inputs({8, 4, 256}, 17);
+  const FingerprintReport rep =
+      fingerprint(in.view(), reference(in, false, hf_on_every_fourth_lane).data(), small_options());
+  ASSERT_FALSE(rep.matched()) << format_fingerprint_text(rep);
+  ASSERT_FALSE(rep.mixtures.empty()) << format_fingerprint_text(rep);
+  const Mixture& m = rep.mixtures.front();
+  EXPECT_EQ(m.mismatched, 0) << format_fingerprint_text(rep);
+  ASSERT_EQ(m.period, 4) << format_fingerprint_text(rep);
+  for (int c = 0; c < 4; ++c)
+    EXPECT_EQ(preset_name(m.pick[size_t(c)] ? m.b : m.a), c == 3 ? "hf-bf16" : "fp32-seeded") << "class " << c;
+}
+
+// hf-bf16 on every fourth token and fp32-seeded on the rest: a sampling stride of 4 saw only the first and left
+// the second unverified and unranked near the top. The stride is now a prime (3 here), so both are sampled and
+// the recipe of three quarters of the tokens ranks first, verified.
+TEST(Fingerprint, TheSampleDoesNotAliasWithATokenPattern) {
+  const Inputs in = cancelling_inputs({32, 4, 64}, 18);
+  const int64_t HD = int64_t(in.shape.H) * in.shape.D;
+  std::vector<bf16_bits> cand = reference(in, false, fp32_seeded);
+  const std::vector<bf16_bits> hf = reference(in, false, hf_bf16);
+  for (int64_t s = 0; s < in.shape.S; s += 4) std::copy_n(hf.begin() + s * HD, HD, cand.begin() + s * HD);
+  FingerprintOptions o = small_options();
+  o.sample_elements = 8 * HD;  // a stride of 32 / 8 = 4 tokens, made the prime 3
+  const FingerprintReport rep = fingerprint(in.view(), cand.data(), o);
+  ASSERT_FALSE(rep.ranking.empty());
+  EXPECT_EQ(rep.sampled_tokens, 11) << "tokens 0, 3, ..., 30";
+  EXPECT_EQ(preset_name(rep.ranking.front().variant), "fp32-seeded") << format_fingerprint_text(rep);
+  EXPECT_TRUE(rep.ranking.front().verified);
 }
 
 TEST(Fingerprint, EveryLatticeVariantIsFingerprintedToItself) {
