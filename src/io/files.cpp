@@ -18,11 +18,15 @@ namespace mhc::io {
 
 namespace fs = std::filesystem;
 
-// ---- temp files removed on SIGINT/SIGTERM/SIGHUP ------------------------------------------------------------
+// ---- temp files removed on the signals that end a process --------------------------------------------------
 // A killed run must not leave its temp file behind. SIGKILL cannot be caught (its temp file, named
-// .<output>.mhcdiff-tmp-XXXXXX, stays; the destination is intact either way); the catchable signals unlink every
-// registered temp file and then die with the default action. Fixed-size storage because a signal handler may
-// only call async-signal-safe functions (unlink, signal, raise), never allocate.
+// .<output>.mhcdiff-tmp-XXXXXX, stays; the destination is intact either way); the catchable signals whose default
+// ends the process (Ctrl-C, kill, a closed terminal, Ctrl-\\, a closed pipe on stdout, timers, CPU limits) unlink
+// every registered temp file and then die with the default action. SIGXFSZ is ignored instead: past the file size
+// limit (ulimit -f) a write then fails with EFBIG, which the writers report as one sentence, exit 2, with the temp
+// file removed; by default the signal killed the process silently (exit 153) and left the temp file. Fixed-size
+// storage because a signal handler may only call async-signal-safe functions (unlink, signal, raise), never
+// allocate.
 namespace {
 
 constexpr int kMaxTempFiles = 8;
@@ -42,11 +46,15 @@ extern "C" void remove_temps_and_die(int sig) {
 void install_signal_cleanup() {
   static std::atomic<bool> installed{false};
   if (installed.exchange(true)) return;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  // Never replace a handler someone else installed (or an inherited SIG_IGN).
+  auto defaulted = [](int sig) {
     struct sigaction current {};
     sigaction(sig, nullptr, &current);
-    if (current.sa_handler == SIG_DFL) std::signal(sig, remove_temps_and_die);  // never replace someone's handler
-  }
+    return current.sa_handler == SIG_DFL;
+  };
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGVTALRM, SIGPROF})
+    if (defaulted(sig)) std::signal(sig, remove_temps_and_die);
+  if (defaulted(SIGXFSZ)) std::signal(SIGXFSZ, SIG_IGN);
 }
 
 int register_temp(const std::string& path) {

@@ -44,7 +44,7 @@ std::filesystem::path check_output_fits(const std::string& path, const std::stri
 // node, a FIFO: never replaced); a path that is the same file as one of `sources`; a missing or unwritable
 // directory; an existing file that is not writable. A symlink is written through: its target gets the content
 // and the link stays. The temp file `.<name>.mhcdiff-tmp-XXXXXX` (mode 0666 & ~umask) is removed by the
-// destructor unless commit() ran, and by SIGINT, SIGTERM and SIGHUP.
+// destructor unless commit() ran, and by the catchable signals that end a process (files.cpp).
 class AtomicOutput {
  public:
   AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {});
