@@ -179,6 +179,25 @@ TEST_F(IoReview, AStaleLinkBesideTheResultsGroupsIsRefusedOnlyWhereNamed) {
   expect_refused("compare stale.h5:hf res.h5:hf", {"/results/hf", "/results/gone"});
 }
 
+// A hard link to a group above it is legal HDF5 (h5py: f['back'] = f['/']): info walked it forever. Each group is
+// described once now, and a second name of it points at the first; the other commands never walked the tree.
+TEST_F(IoReview, InfoShowsAHardLinkCycleOnce) {
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  std::filesystem::copy_file(dir.file("res.h5"), dir.file("cycle.h5"));
+  {
+    const hid_t f = H5Fopen(dir.file("cycle.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lcreate_hard(f, "/", f, "back", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_hard(f, "/results/hf-bf16", f, "/results/hf-bf16/loop", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  const CliResult info = run_bounded(dir, "info cycle.h5");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("\n/back\n  the group / again"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("\n/results/hf-bf16/loop\n  the group /results/hf-bf16 again"), std::string::npos) << info.out;
+  EXPECT_EQ(run_bounded(dir, "compare cycle.h5:hf res.h5:hf --max-mismatch 0").exit_code, 0);
+}
+
 // Refusing external links is a property of mhcdiff's own lookups, not of the process: a program linking the library
 // still follows them with HDF5's defaults after mhcdiff has read a file.
 TEST_F(IoReview, ExternalLinksStayFollowedForTheProcesssOwnHdf5Use) {

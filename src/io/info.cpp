@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
@@ -16,6 +17,10 @@ namespace {
 struct Walk {
   hid_t file;
   std::string text;
+  // Each group's object address and the first path it was described under: a hard link to a group above it
+  // (legal HDF5: h5py's f['back'] = f['/']) made the walk recurse forever; a second name of a group is shown as a
+  // pointer to the first instead.
+  std::map<haddr_t, std::string> groups_seen;
 };
 
 std::string human_bytes(double b) {
@@ -68,10 +73,11 @@ void describe_attributes(Walk& w, hid_t object, const char* indent) {
   for (const auto& [k, v] : detail::attributes_as_text(object)) w.text += fmt::format("{}@{} = {}\n", indent, k, v);
 }
 
-void describe_group(Walk& w, const std::string& path);
+void describe_group(Walk& w, const std::string& path, haddr_t address);
 
 struct Children {
-  std::vector<std::string> groups, datasets;
+  std::vector<std::pair<std::string, haddr_t>> groups;  // name, object address
+  std::vector<std::string> datasets;
   std::vector<std::pair<std::string, std::string>> unfollowed;  // links leading out of the file or nowhere
 };
 
@@ -84,14 +90,15 @@ herr_t sort_child(hid_t group, const char* name, const H5L_info_t* link, void* d
     c->unfollowed.emplace_back(name, what);
     return 0;
   }
-  if (info.type == H5O_TYPE_GROUP) c->groups.emplace_back(name);
+  if (info.type == H5O_TYPE_GROUP) c->groups.emplace_back(name, info.addr);
   else if (info.type == H5O_TYPE_DATASET) c->datasets.emplace_back(name);
   return 0;
 }
 
-void describe_group(Walk& w, const std::string& path) {
+void describe_group(Walk& w, const std::string& path, haddr_t address) {
   Handle g(H5Gopen2(w.file, path.c_str(), detail::local_group_access()));
   if (!g.valid()) return;
+  w.groups_seen.emplace(address, path);
   Children c;
   hsize_t idx = 0;
   H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, sort_child, &c);
@@ -103,11 +110,17 @@ void describe_group(Walk& w, const std::string& path) {
   for (const std::string& d : c.datasets) describe_dataset(w, (path == "/" ? "" : path) + "/" + d, d);
   for (const auto& [name, what] : c.unfollowed) w.text += fmt::format("  {:<20} {}\n", name, what);
   // /inputs first, then /results and its policies, then anything else (name order).
-  std::stable_sort(c.groups.begin(), c.groups.end(), [&](const std::string& a, const std::string& b) {
+  std::stable_sort(c.groups.begin(), c.groups.end(), [&](const auto& a, const auto& b) {
     auto rank = [](const std::string& n) { return n == "inputs" ? 0 : n == "results" ? 1 : 2; };
-    return rank(a) < rank(b);
+    return rank(a.first) < rank(b.first);
   });
-  for (const std::string& sub : c.groups) describe_group(w, (path == "/" ? "" : path) + "/" + sub);
+  for (const auto& [sub, sub_address] : c.groups) {
+    const std::string sub_path = (path == "/" ? "" : path) + "/" + sub;
+    if (auto seen = w.groups_seen.find(sub_address); seen != w.groups_seen.end())
+      w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n", sub_path, seen->second);
+    else
+      describe_group(w, sub_path, sub_address);
+  }
 }
 
 }  // namespace
@@ -115,7 +128,7 @@ void describe_group(Walk& w, const std::string& path) {
 std::string describe_file(const std::string& path) {
   TensorFile tf(path);  // validates: exists, HDF5, mhcdiff/1
   Handle file = detail::open_file_read_only(path);
-  Walk w{file.get(), {}};
+  Walk w{file.get(), {}, {}};
   hsize_t size = 0;
   H5Fget_filesize(file.get(), &size);
   w.text += fmt::format("{} ({})\n", path, human_bytes(double(size)));
@@ -138,7 +151,9 @@ std::string describe_file(const std::string& path) {
   } catch (const InputError&) {
     // A link under /results that leads nowhere: the walk below shows it.
   }
-  describe_group(w, "/");
+  H5O_info_t root;
+  if (H5Oget_info2(file.get(), &root, H5O_INFO_BASIC) < 0) throw IoError(fmt::format("{}: cannot read its root group", path));
+  describe_group(w, "/", root.addr);
   return w.text;
 }
 
