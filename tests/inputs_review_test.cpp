@@ -273,6 +273,8 @@ TEST_F(InputsReview, CandidatesMayKeepOrFlattenTheInputsBatchDims) {
 TEST_F(InputsReview, RunRefusesResultsLargerThanTheOutputsDisk) {
   write_unwritten_inputs(dir.file("huge.h5"), hsize_t(1) << 24, 4, hsize_t(1) << 16);
   expect_refused("run huge.h5 -o out.h5 --policies all", {"out.h5", "GB", "free"}, "timeout 60 ");
+  // golden regen too, and before its checksum's pass over the declared inputs (which ran first, for hours here).
+  expect_refused("golden regen huge.h5 -o golden.h5", {"golden.h5", "GB", "free"}, "timeout 60 ");
   // Through a symlink: the target's disk, and neither the link nor the target is touched.
   std::filesystem::create_directory(dir.file("sub"));
   std::filesystem::create_symlink("sub/target.h5", dir.file("link.h5"));
