@@ -372,6 +372,28 @@ TEST_F(CliIo, AWriteTheSystemRefusesIsOneSentenceAndExit2) {
                  limited);
 }
 
+// A file damaged inside (eight bytes of its global heap overwritten, where the string attributes live) crashes
+// HDF5 1.10 itself (SIGSEGV; h5dump too). That was exit 139 with no word; it is now one line on stderr and exit 2,
+// with nothing written and an existing output untouched. (An HDF5 that reports the damage as an error instead gives
+// exit 2 and one line as well.)
+TEST_F(CliIo, AFileThatCrashesHdf5IsOneLineAndExit2) {
+  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 8,4,32 --grad -o intact.h5").exit_code, 0);
+  std::string bytes = read_file_bytes(dir.file("intact.h5"));
+  const size_t heap = bytes.find("GCOL");
+  ASSERT_NE(heap, std::string::npos) << "no global heap in the file";
+  bytes.replace(heap + 24, 8, std::string(8, '\xff'));
+  std::ofstream(dir.file("damaged.h5"), std::ios::binary) << bytes;
+  std::ofstream(dir.file("out.h5")) << "the previous output";
+  for (const char* args : {"info damaged.h5", "run damaged.h5 -o out.h5", "compare damaged.h5:hf policy:hf --inputs intact.h5"}) {
+    const auto before = sorted_entries();
+    const CliResult r = run_cli(dir, args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.error_lines(), 1) << args << "\n" << r.err;
+    EXPECT_EQ(sorted_entries(), before) << args;
+    EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output") << args;
+  }
+}
+
 // ENOSPC itself, on a 200 KiB tmpfs where this process may mount one (root; skipped elsewhere). Unlike the file
 // size limit, a full disk also fails HDF5's metadata writes at low offsets, after which HDF5 1.10 refuses every
 // later close unless the writer flushes once more into /dev/null (docs/format.md, "Atomic writes").

@@ -7,8 +7,10 @@
 
 #include "commands.hpp"
 #include "io/errors.hpp"
+#include "io/files.hpp"
 
 int main(int argc, char** argv) {
+  mhc::io::report_crashes_as_input_errors();
   // Logs and progress go to stderr; stdout is for the report (SPEC §4).
   spdlog::set_default_logger(spdlog::stderr_color_mt("mhcdiff"));
   spdlog::set_pattern("%^[%l]%$ %v");

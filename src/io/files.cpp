@@ -36,11 +36,30 @@ struct TempSlot {
 };
 std::array<TempSlot, kMaxTempFiles> g_temp_slots;
 
-extern "C" void remove_temps_and_die(int sig) {
+void remove_temps() {
   for (TempSlot& slot : g_temp_slots)
     if (slot.used.load()) unlink(slot.path);
+}
+
+extern "C" void remove_temps_and_die(int sig) {
+  remove_temps();
   std::signal(sig, SIG_DFL);
   std::raise(sig);
+}
+
+// Async-signal-safe: unlink, write and _exit only. The message is fixed text (no allocation, no formatting).
+extern "C" void report_crash(int sig) {
+  remove_temps();
+  const char* message =
+      sig == SIGBUS ? "[error] mhcdiff crashed (SIGBUS) reading or writing a file: a damaged HDF5 file, or one "
+                      "truncated while mapped, does this; check the files with h5dump (if they are intact, this is a "
+                      "bug in mhcdiff). Nothing was written.\n"
+                    : "[error] mhcdiff crashed (SIGSEGV): HDF5 1.10 does this reading a damaged file (h5dump crashes on "
+                      "it too); check the input files with h5dump (if they are intact, this is a bug in mhcdiff). "
+                      "Nothing was written.\n";
+  ssize_t ignored = write(STDERR_FILENO, message, std::strlen(message));
+  (void)ignored;
+  _exit(2);
 }
 
 void install_signal_cleanup() {
@@ -56,6 +75,20 @@ void install_signal_cleanup() {
     if (defaulted(sig)) std::signal(sig, remove_temps_and_die);
   if (defaulted(SIGXFSZ)) std::signal(SIGXFSZ, SIG_IGN);
 }
+
+}  // namespace
+
+void report_crashes_as_input_errors() {
+  for (int sig : {SIGSEGV, SIGBUS}) {
+    struct sigaction action {};
+    action.sa_handler = report_crash;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;  // a crash inside the handler ends the process the default way
+    sigaction(sig, &action, nullptr);
+  }
+}
+
+namespace {
 
 int register_temp(const std::string& path) {
   install_signal_cleanup();

@@ -38,6 +38,12 @@ std::filesystem::path check_output_path(const std::string& path, const std::stri
 std::filesystem::path check_output_fits(const std::string& path, const std::string& what, double bytes,
                                         const std::vector<SourceFile>& sources = {});
 
+// For the command-line program: a crash (SIGSEGV, SIGBUS) removes the temp files, says in one line what usually
+// causes it and exits 2 (the exit code of an input error) instead of dying silently with 139. HDF5 1.10 crashes
+// this way reading a damaged file (a few bytes overwritten inside its global heap; h5dump crashes on it too), which
+// is bad input; the line also says that an intact file means a bug.
+void report_crashes_as_input_errors();
+
 // An output file written beside its destination and renamed over it on commit(), so a reader never sees a partial
 // file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,
 // e.g. "output" or "report"): an empty path; a directory; an existing path that is not a regular file (a device
