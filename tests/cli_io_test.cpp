@@ -119,6 +119,11 @@ TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
 
 TEST_F(CliIo, MissingInputFile) { expect_refused("run nope.h5 -o out.h5", {"nope.h5", "does not exist"}); }
 
+// CLI11 said "A subcommand is required" for a misspelt command; the word is named now, with the list.
+TEST_F(CliIo, UnknownCommandIsNamed) {
+  expect_refused("rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});
+}
+
 TEST_F(CliIo, MissingDataset) {
   {
     RawFile f(dir.file("bad.h5"));

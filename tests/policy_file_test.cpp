@@ -104,6 +104,16 @@ TEST(PolicyFile, RejectsBadFilesWithLineNumbers) {
   // A setting the order never reaches is an error, not a silent no-op.
   expect_error("name = \"a\"\norder = seeded\nmix_rounding = bf16\n", "no effect with order = seeded");
   EXPECT_NO_THROW(parse_policy_text("name = \"a\"\norder = mix-first\nmix_rounding = bf16\n", "my.policy"));
+  // A control byte (a binary file) is named by value, not echoed into the message.
+  expect_error("name = \"a\"\n\x01\x02coef = bf16\n", "line 2: byte 0x01 is not text");
+  expect_error(std::string("name = \"a\"\0\n", 12), "line 1: byte 0x00 is not text");
+}
+
+// Windows editors start UTF-8 files with a byte-order mark; it is not part of the first key. CRLF lines read too.
+TEST(PolicyFile, AcceptsAByteOrderMarkAndCrlfLines) {
+  const Policy p = parse_policy_text("\xEF\xBB\xBFname = \"bom\"\r\ncoef = bf16\r\n", "my.policy");
+  EXPECT_EQ(p.name, "bom");
+  EXPECT_EQ(p.desc.coef, CoefRounding::bf16);
 }
 
 TEST(PolicyFile, ResolvesListsWithFilePoliciesAndRefusesNameClashes) {

@@ -60,7 +60,7 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
   add_compare_options(c, *opt, /*with_inputs=*/false);
   c->footer("Exit codes: 0 every gate passed, 1 a gate failed, 2 usage or input error.");
   c->callback([candidate, golden_path, opt, &ctx] {
-    const auto read = compared_files(*opt, {{"candidate", *candidate}, {"golden file", *golden_path}}, "");
+    const auto read = compared_files(*opt, {{"candidate", *candidate}, {"golden", *golden_path}}, "");
     ctx.exit_code = emit_report(compare::golden_check(*candidate, *golden_path, to_compare_options(*opt)), *opt, read);
   });
 }

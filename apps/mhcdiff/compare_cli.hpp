@@ -189,7 +189,7 @@ inline std::vector<io::SourceFile> compared_files(const CompareCliOptions& o,
     if (!spec.is_policy) files.push_back({role, spec.path});
   }
   if (!inputs.empty()) files.push_back({"inputs", inputs});
-  for (const std::string& f : o.policy_files) files.push_back({"policy file", f});
+  for (const std::string& f : o.policy_files) files.push_back({"policy", f});
   if (!o.report_path.empty()) io::check_output_path(o.report_path, "report", files);
   return files;
 }

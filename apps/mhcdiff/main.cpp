@@ -1,9 +1,13 @@
 // mhcdiff: CLI11 wiring only. Each subcommand lives in its own cmd_*.cpp; library errors (InputError,
 // std::invalid_argument) become exit code 2 here and nowhere else.
+#include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "io/errors.hpp"
@@ -36,6 +40,16 @@ int main(int argc, char** argv) {
   mhc::cli::add_fingerprint_command(app, ctx);
   mhc::cli::add_extract_command(app, ctx);
   mhc::cli::add_bench_command(app, ctx);
+
+  // `mhcdiff nope` would get CLI11's "A subcommand is required": name the word it did not know instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      spdlog::error("unknown command '{}'; the commands are {} (mhcdiff --help)", argv[1], fmt::join(names, ", "));
+      return 2;
+    }
+  }
 
   try {
     app.parse(argc, argv);

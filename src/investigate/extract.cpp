@@ -79,7 +79,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   std::vector<io::SourceFile> sources = {{"inputs", inputs_path}};
   if (!candidate.is_policy) sources.push_back({"candidate", candidate.path});
   if (!reference.is_policy) sources.push_back({"reference", reference.path});
-  for (const std::string& f : options.policy_files) sources.push_back({"policy file", f});
+  for (const std::string& f : options.policy_files) sources.push_back({"policy", f});
   io::check_output_path(output, "output", sources);
   io::InputReader reader(inputs_path, options.read);
   const Shape shape = reader.shape();

@@ -156,11 +156,17 @@ struct InputReader::Impl {
                        "/inputs/x {})",
                        t.name, got.size(), detail::dims_text(got), expected.size(), pattern,
                        detail::dims_text(x_dims())));
-    if (got != expected)
-      fail(fmt::format("dataset /inputs/{} has shape {}, which disagrees with /inputs/x {} and /inputs/residual {}; "
-                       "expected {} ({})",
-                       t.name, detail::dims_text(got), detail::dims_text(x_dims()),
-                       detail::dims_text(residual_dims()), detail::dims_text(expected), pattern));
+    if (got != expected) {
+      // Named against the datasets the expected shape comes from, never against itself (residual used to
+      // "disagree with /inputs/residual").
+      const std::string sources = t.name == "residual" ? fmt::format("/inputs/x {}", detail::dims_text(x_dims()))
+                                  : t.name == "x"       ? fmt::format("/inputs/residual {}", detail::dims_text(residual_dims()))
+                                                        : fmt::format("/inputs/x {} and /inputs/residual {}",
+                                                                      detail::dims_text(x_dims()),
+                                                                      detail::dims_text(residual_dims()));
+      fail(fmt::format("dataset /inputs/{} has shape {}, which disagrees with {}; expected {} ({})", t.name,
+                       detail::dims_text(got), sources, detail::dims_text(expected), pattern));
+    }
   }
 
   // A root attribute that must be one string when present: one of another type (an integer, an array of

@@ -129,6 +129,9 @@ std::string quote(const std::string& s) {
 Policy parse_policy_text(std::string_view text, const std::string& source) {
   Policy policy;
   std::set<std::string> seen;
+  // The byte-order mark Windows editors write first: not part of the first key (it made "unknown key 'name'"
+  // with an invisible character in it).
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   int line_no = 0;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -139,6 +142,11 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
     auto fail = [&](const std::string& what) {
       throw InputError(fmt::format("policy file {}, line {}: {}", source, line_no, what));
     };
+    // A binary file (or a stray control byte) would otherwise be echoed to the terminal inside a message.
+    for (char c : raw)
+      if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\r')
+        fail(fmt::format("byte 0x{:02x} is not text; a policy file is UTF-8 text (docs/policy-file.md)",
+                         static_cast<unsigned>(static_cast<unsigned char>(c))));
     std::string line = trim(strip_comment(raw));
     if (line.empty()) continue;
     if (line == "[policy]") continue;  // optional TOML table header, for readers who expect one
