@@ -119,6 +119,25 @@ TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
 
 TEST_F(CliIo, MissingInputFile) { expect_refused("run nope.h5 -o out.h5", {"nope.h5", "does not exist"}); }
 
+// A user's dump with its tensors at the top level is refused by every command, info included; the message says
+// what the file holds instead, so the user sees where the tensors went.
+TEST_F(CliIo, AFileThatIsNotMhcdiffSaysWhatItHolds) {
+  {
+    RawFile f(dir.file("dump.h5"), false);
+    f.bf16("/x", {2, 8}, std::vector<uint16_t>(16, 0x3f80));
+    f.bf16("/residual", {2, 1, 8}, std::vector<uint16_t>(16, 0x3f80));
+  }
+  expect_refused("info dump.h5", {"dump.h5", "not an mhcdiff/1 file", "its top level holds /residual, /x"});
+  expect_refused("run dump.h5 -o out.h5", {"dump.h5", "no /inputs group", "its top level holds /residual, /x"});
+}
+
+// `-o=x.h5` reached the writer as the file name "=x.h5"; a compare side without a file name said ": no such file".
+TEST_F(CliIo, AnOutputNamedWithEqualsAndASideWithoutAFileAreRefused) {
+  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 4,2,16 -o in.h5").exit_code, 0);
+  expect_refused("run in.h5 -o=x.h5", {"=x.h5", "starts with '='", "-o x.h5"});
+  expect_refused("compare :exact policy:hf --inputs in.h5", {"':exact' names no file", "policy:NAME"});
+}
+
 // CLI11 said "A subcommand is required" for a misspelt command; the word is named now, with the list.
 TEST_F(CliIo, UnknownCommandIsNamed) {
   expect_refused("rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});

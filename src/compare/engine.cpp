@@ -344,6 +344,8 @@ SideSpec parse_side(const std::string& text) {
     s.path = text;
     return s;
   }
+  if (text.empty() || text.front() == ':')
+    throw InputError(fmt::format("'{}' names no file; a side is FILE.h5, FILE.h5:GROUP or policy:NAME", text));
   const size_t colon = text.rfind(':');
   if (colon != std::string::npos && colon > 0 && fs::is_regular_file(text.substr(0, colon), ec)) {
     s.path = text.substr(0, colon);

@@ -176,6 +176,9 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
     throw InputError(fmt::format("cannot write the {} {}: {}", what, path, why));
   };
   if (path.empty()) throw InputError(fmt::format("the {} path is empty", what));
+  // CLI11 reads `-o=x.h5` as the name "=x.h5" (the = form is for long options); nobody means that name.
+  if (path.front() == '=')
+    refuse(fmt::format("it starts with '=' (a short option takes its value after a space: -o {})", path.substr(1)));
   CheckedOutput out;
   bool followed = false;
   try {

@@ -144,6 +144,24 @@ std::optional<std::string> stored_outside_file(hid_t dataset) {
   return std::nullopt;
 }
 
+namespace {
+herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+std::string top_level_names(hid_t file) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &names);
+  if (names.empty()) return "nothing";
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", /" : "/") + names[i];
+  if (names.size() > 8) out += fmt::format(" and {} more", names.size() - 8);
+  return out;
+}
+
 std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link) {
   if (auto external = external_link_target(group, name)) return *external;
   std::vector<char> target(link.type == H5L_TYPE_SOFT ? link.u.val_size + 1 : 1, '\0');

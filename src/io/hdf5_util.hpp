@@ -78,6 +78,10 @@ std::optional<std::string> stored_outside_file(hid_t dataset);
 // /gone, which does not exist".
 std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link);
 
+// "/a, /b, /c" for the root's links (the first 8, then how many more), or "nothing": what a file that is not an
+// mhcdiff/1 file holds instead, so that a user's dump under other names says where its tensors are.
+std::string top_level_names(hid_t file);
+
 // The first component of `path` (from the root) that is a link HDF5 cannot open, as a sentence ("/results/yy is an
 // external link to …"); std::nullopt when every component opens or one is simply absent. Tells a path through an
 // external or dangling link from a missing one.

@@ -194,7 +194,9 @@ struct InputReader::Impl {
     if (fmt_attr && *fmt_attr != "mhcdiff/1")
       fail(fmt::format("root attribute format is \"{}\"; expected \"mhcdiff/1\"", *fmt_attr));
     if (H5Lexists(file.get(), "/inputs", detail::local_links()) <= 0)
-      fail("no /inputs group (expected /inputs/x, /inputs/residual, /inputs/post, /inputs/comb)");
+      fail(fmt::format("no /inputs group (expected /inputs/x, /inputs/residual, /inputs/post, /inputs/comb); its top "
+                       "level holds {}",
+                       detail::top_level_names(file.get())));
     if (auto link = detail::external_link_target(file.get(), "/inputs")) fail(fmt::format("/inputs is {}", *link));
 
     open_tensor(x, "x", Slot::bf16, true);

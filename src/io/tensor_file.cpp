@@ -71,7 +71,9 @@ TensorFile::TensorFile(const std::string& path) : impl_(std::make_unique<Impl>()
   // A PyTorch user's dump may lack the root attributes; its groups say what it is.
   if (!format && H5Lexists(impl_->file.get(), "/inputs", detail::local_links()) <= 0 &&
       H5Lexists(impl_->file.get(), "/results", detail::local_links()) <= 0)
-    impl_->fail("not an mhcdiff/1 file (no format attribute, no /inputs or /results group)");
+    impl_->fail(fmt::format("not an mhcdiff/1 file (no format attribute, no /inputs or /results group); its top "
+                            "level holds {} (docs/format.md says where the tensors go)",
+                            detail::top_level_names(impl_->file.get())));
 }
 
 TensorFile::~TensorFile() = default;
