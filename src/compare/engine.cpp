@@ -372,14 +372,15 @@ CompareReport run_compare(const CompareOptions& opt) {
                                                                      : resolve_policies("", opt.policy_files);
   Side cand = open_side(opt.candidate, reader.get(), user_policies);
   Side ref = open_side(opt.reference, reader.get(), user_policies);
-  const std::vector<std::string> names = select_tensors(opt, cand, ref);
   // Results of other inputs of the same shape would compare without complaint and report nonsense: where both
   // groups carry their inputs' checksum, the checksums must agree (and those of --inputs, checked after the
-  // pass that reads them).
+  // pass that reads them). Checked before the tensors are chosen, so that a side from other inputs which also
+  // lacks a tensor is refused for the cause, not for the missing tensor.
   const std::string cand_inputs = input_checksum_of(cand), ref_inputs = input_checksum_of(ref);
   if (!cand_inputs.empty() && !ref_inputs.empty() && cand_inputs != ref_inputs)
     throw InputError(fmt::format("{} and {} were computed from different inputs (input_checksum {} and {})",
                                  cand.label(), ref.label(), cand_inputs, ref_inputs));
+  const std::vector<std::string> names = select_tensors(opt, cand, ref);
 
   std::optional<Shape> shape;
   if (reader) shape = reader->shape();
