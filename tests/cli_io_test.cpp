@@ -408,7 +408,8 @@ TEST_F(CliIo, AFileThatCrashesHdf5IsOneLineAndExit2) {
   bytes.replace(heap + 24, 8, std::string(8, '\xff'));
   std::ofstream(dir.file("damaged.h5"), std::ios::binary) << bytes;
   std::ofstream(dir.file("out.h5")) << "the previous output";
-  for (const char* args : {"info damaged.h5", "run damaged.h5 -o out.h5", "compare damaged.h5:hf policy:hf --inputs intact.h5"}) {
+  for (const char* args :
+       {"info damaged.h5", "run damaged.h5 -o out.h5", "compare damaged.h5:hf policy:hf --inputs intact.h5"}) {
     const auto before = sorted_entries();
     const CliResult r = run_cli(dir, args);
     EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;

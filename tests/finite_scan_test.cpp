@@ -52,7 +52,8 @@ TEST(FiniteScan, OneInfinityOrNaNAnywhereIsFound) {
   int checked = 0;
   auto expect_found = [&](const Inputs& in, const std::string& where) {
     ASSERT_FALSE(all_finite_by_isfinite(in)) << where;
-    for (int threads : {0, 1, 3}) EXPECT_FALSE(forward_inputs_finite(in.view(), threads)) << where << ", " << threads << " threads";
+    for (int threads : {0, 1, 3})
+      EXPECT_FALSE(forward_inputs_finite(in.view(), threads)) << where << ", " << threads << " threads";
     ++checked;
   };
   for (bf16_bits special : bf16_specials) {

@@ -145,7 +145,8 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   compare::GateConfig& g = c.gates;
   g = compare::GateConfig{};
   if (o.grad_rel_l2) {
-    if (auto v = parse_optional_limit("--grad-rel-l2", *o.grad_rel_l2)) g.grad_tensors.rel_l2 = compare::Threshold{*v, "--grad-rel-l2"};
+    if (auto v = parse_optional_limit("--grad-rel-l2", *o.grad_rel_l2))
+      g.grad_tensors.rel_l2 = compare::Threshold{*v, "--grad-rel-l2"};
   } else {
     g.grad_tensors.rel_l2 = compare::Threshold{compare::kDefaultGradRelL2, "--grad-rel-l2 (default)"};
   }

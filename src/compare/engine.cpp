@@ -47,7 +47,6 @@ Format format_of_tensor(const std::string& name) {
   return Format::bf16;
 }
 
-
 // The element dims of one token for a tensor of this shape (SPEC §1).
 std::vector<int64_t> token_dims(const std::string& name, const Shape& sh) {
   const std::string base = is_f64_name(name) ? name.substr(0, name.size() - 4) : name;

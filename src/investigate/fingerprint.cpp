@@ -227,15 +227,14 @@ FingerprintReport fingerprint(const Shape& shape, const SlabSource& source, cons
   std::vector<size_t> class_winners;
   if (best_sample > 0) {
     for (int period : mixture_patterns(shape.H)) {
-      const size_t classes = class_counts(sample_stats[order.front()], period, shape.H).size();
-      for (size_t c = 0; c < classes && class_winners.size() < kMaxClassWinners; ++c) {
-        size_t best = order.front();
-        int64_t fewest = -1;
-        for (size_t v : order) {
-          const int64_t n = class_counts(sample_stats[v], period, shape.H)[c];
-          if (fewest < 0 || n < fewest) fewest = n, best = v;
-        }
-        if (fewest == 0 && !chosen[best]) {
+      std::vector<std::vector<int64_t>> counts;  // in sample rank order
+      for (size_t v : order) counts.push_back(class_counts(sample_stats[v], period, shape.H));
+      for (size_t c = 0; c < counts.front().size() && class_winners.size() < kMaxClassWinners; ++c) {
+        size_t rank = 0;
+        for (size_t k = 1; k < counts.size(); ++k)
+          if (counts[k][c] < counts[rank][c]) rank = k;
+        const size_t best = order[rank];
+        if (counts[rank][c] == 0 && !chosen[best]) {
           chosen[best] = true;
           class_winners.push_back(best);
         }

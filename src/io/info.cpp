@@ -152,7 +152,8 @@ std::string describe_file(const std::string& path) {
     // A link under /results that leads nowhere: the walk below shows it.
   }
   H5O_info_t root;
-  if (H5Oget_info2(file.get(), &root, H5O_INFO_BASIC) < 0) throw IoError(fmt::format("{}: cannot read its root group", path));
+  if (H5Oget_info2(file.get(), &root, H5O_INFO_BASIC) < 0)
+    throw IoError(fmt::format("{}: cannot read its root group", path));
   describe_group(w, "/", root.addr);
   return w.text;
 }

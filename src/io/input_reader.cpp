@@ -159,11 +159,11 @@ struct InputReader::Impl {
     if (got != expected) {
       // Named against the datasets the expected shape comes from, never against itself (residual used to
       // "disagree with /inputs/residual").
-      const std::string sources = t.name == "residual" ? fmt::format("/inputs/x {}", detail::dims_text(x_dims()))
-                                  : t.name == "x"       ? fmt::format("/inputs/residual {}", detail::dims_text(residual_dims()))
-                                                        : fmt::format("/inputs/x {} and /inputs/residual {}",
-                                                                      detail::dims_text(x_dims()),
-                                                                      detail::dims_text(residual_dims()));
+      const std::string x_text = "/inputs/x " + detail::dims_text(x_dims());
+      const std::string residual_text = "/inputs/residual " + detail::dims_text(residual_dims());
+      const std::string sources = t.name == "residual" ? x_text
+                                  : t.name == "x"       ? residual_text
+                                                        : x_text + " and " + residual_text;
       fail(fmt::format("dataset /inputs/{} has shape {}, which disagrees with {}; expected {} ({})", t.name,
                        detail::dims_text(got), sources, detail::dims_text(expected), pattern));
     }

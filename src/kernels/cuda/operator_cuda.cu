@@ -182,8 +182,9 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
     to_host(hout.out, d_out.get(), n);
     to_host(hout.out_f64, d_out64.get(), n);
     if (pd.accumulator != Accumulator::exact) continue;
-    stats.fallback_elements += finish_listed_elements(dev, hin, hout, {}, backend, terms,
-                                                      [&] { forward_cpu(pd, hin, hout, CpuOptions{cpu_threads, backend}); });
+    const CpuOptions cpu{cpu_threads, backend};
+    stats.fallback_elements +=
+        finish_listed_elements(dev, hin, hout, {}, backend, terms, [&] { forward_cpu(pd, hin, hout, cpu); });
   }
   return stats;
 }
@@ -232,8 +233,9 @@ RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutp
     to_host(hout.grad_comb_f64, d_gc64.get(), size_t(count) * H * H);
     if (pd.accumulator != Accumulator::exact) continue;
     const InputsView hin = host_slab(in, s0, count);
-    stats.fallback_elements += finish_listed_elements(dev, hin, {}, hout, backend, terms,
-                                                      [&] { backward_cpu(pd, hin, hout, CpuOptions{cpu_threads, backend}); });
+    const CpuOptions cpu{cpu_threads, backend};
+    stats.fallback_elements +=
+        finish_listed_elements(dev, hin, {}, hout, backend, terms, [&] { backward_cpu(pd, hin, hout, cpu); });
   }
   return stats;
 }
