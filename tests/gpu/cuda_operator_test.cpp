@@ -172,6 +172,26 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
   expect_policy_identical(exact, in, "planted");
 }
 
+// More uncertified elements in one slab than the GPU's list holds: the host recomputes the whole slab on the CPU
+// (operator_cuda.cu, finish_listed_elements). Every out element has terms 2^200 apart (x = 2^100, residual =
+// 2^-100), which no double-double window certifies for the binary64 twin, so the forward lists all S·H·D of them.
+TEST(CudaOperator, AnOverflowingFallbackListRecomputesTheSlabOnTheHost) {
+  SKIP_WITHOUT_GPU();
+  const int H = 4;
+  const int64_t D = 1024;
+  const int64_t S = int64_t(cuda::kFallbackCapacity) / (H * D) + 8;  // 2^20 / 4096 + 8 = 264 tokens
+  Inputs in = random_inputs(Shape{S, H, D}, 6);
+  std::fill(in.x.begin(), in.x.end(), round_to_bf16_rne(0x1p100f));
+  std::fill(in.residual.begin(), in.residual.end(), round_to_bf16_rne(0x1p-100f));
+  const Policy exact = find_policy("exact");
+  PolicyResult gpu;
+  allocate_result(gpu, in.shape, true, true);
+  const RunStats st = cuda::forward(exact.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+  ASSERT_GT(st.fallback_elements, int64_t(cuda::kFallbackCapacity))
+      << "the list must overflow for this test to mean anything";
+  expect_policy_identical(exact, in, "overflowing list");
+}
+
 // Tokens whose exact sums land on, or next to, bf16 rounding midpoints, one whose sum cancels 41 bits, one
 // whose ∂post is a binary32 tie, and one whose ∂x and ∂residual are all bf16 ties: the cases the filters
 // must pass on to the exactness test or the certified path.

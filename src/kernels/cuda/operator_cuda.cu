@@ -27,8 +27,6 @@ void check_shape(const InputsView& in) {
 
 // At most this much device memory per slab, and never more than half of what is free.
 constexpr size_t kMaxSlabBytes = size_t{4} << 30;
-// Fallback items kept per slab; beyond this the slab's exact results are recomputed on the CPU.
-constexpr unsigned long long kFallbackCapacity = 1ull << 20;
 
 int64_t slab_tokens(size_t bytes_per_token, int64_t S) {
   size_t free_bytes = 0, total_bytes = 0;

@@ -9,6 +9,10 @@
 
 namespace mhc::cuda {
 
+// Exact elements the GPU lists for the host per slab; beyond this the slab's exact results are recomputed on the
+// CPU instead (same bits: the CPU path is the reference).
+inline constexpr unsigned long long kFallbackCapacity = 1ull << 20;
+
 bool device_available();
 std::string device_name();
 
