@@ -3,6 +3,7 @@
 // error bounds against the truth, and thread-count independence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -325,6 +326,24 @@ TEST(Threads, EveryPolicyIsBitIdenticalForOneTwoAndThreeThreads) {
       EXPECT_EQ(std::memcmp(one.grad_comb.data(), many.grad_comb.data(), one.grad_comb.size() * 4), 0) << pol.name;
       EXPECT_EQ(std::memcmp(one.out_f64.data(), many.out_f64.data(), one.out_f64.size() * 8), 0) << pol.name;
     }
+  }
+}
+
+// An fp32 policy has no binary64 twins: buffers a caller passes for them stay as they were (the CUDA backend's
+// AnFp32PolicyLeavesBinary64BuffersUntouched holds it to the same).
+TEST(Policies, AnFp32PolicyLeavesBinary64BuffersUntouched) {
+  const Inputs in = testing::random_inputs(Shape{3, 4, 33}, 8);
+  PolicyResult r;
+  allocate_result(r, in.shape, true, true);
+  const double sentinel = 12345.0;
+  for (auto* v : {&r.out_f64, &r.grad_x_f64, &r.grad_residual_f64, &r.grad_post_f64, &r.grad_comb_f64})
+    std::fill(v->begin(), v->end(), sentinel);
+  const PolicyDesc seeded = find_policy("fp32-seeded").desc;
+  forward_cpu(seeded, in.view(), forward_outputs(r));
+  backward_cpu(seeded, in.view(), backward_outputs(r));
+  for (const auto* v : {&r.out_f64, &r.grad_x_f64, &r.grad_residual_f64, &r.grad_post_f64, &r.grad_comb_f64}) {
+    ASSERT_FALSE(v->empty());
+    EXPECT_TRUE(std::all_of(v->begin(), v->end(), [&](double d) { return d == sentinel; }));
   }
 }
 

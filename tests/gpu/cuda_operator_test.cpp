@@ -172,6 +172,25 @@ TEST(CudaOperator, UncertifiedExactElementsAreFinishedOnTheHost) {
   expect_policy_identical(exact, in, "planted");
 }
 
+// An fp32 policy has no binary64 twins: buffers a caller passes for them stay as they were, as on the CPU (the GPU
+// used to copy uninitialised device memory into them).
+TEST(CudaOperator, AnFp32PolicyLeavesBinary64BuffersUntouched) {
+  SKIP_WITHOUT_GPU();
+  const Inputs in = random_inputs(Shape{5, 4, 264}, 8);
+  PolicyResult gpu;
+  allocate_result(gpu, in.shape, true, true);
+  const double sentinel = 12345.0;
+  for (auto* v : {&gpu.out_f64, &gpu.grad_x_f64, &gpu.grad_residual_f64, &gpu.grad_post_f64, &gpu.grad_comb_f64})
+    std::fill(v->begin(), v->end(), sentinel);
+  const Policy seeded = find_policy("fp32-seeded");
+  cuda::forward(seeded.desc, in.view(), forward_outputs(gpu), ExactBackend::boost);
+  cuda::backward(seeded.desc, in.view(), backward_outputs(gpu), ExactBackend::boost);
+  for (const auto* v : {&gpu.out_f64, &gpu.grad_x_f64, &gpu.grad_residual_f64, &gpu.grad_post_f64, &gpu.grad_comb_f64}) {
+    ASSERT_FALSE(v->empty());
+    EXPECT_TRUE(std::all_of(v->begin(), v->end(), [&](double d) { return d == sentinel; }));
+  }
+}
+
 // More uncertified elements in one slab than the GPU's list holds: the host recomputes the whole slab on the CPU
 // (operator_cuda.cu, finish_listed_elements). Every out element has terms 2^200 apart (x = 2^100, residual =
 // 2^-100), which no double-double window certifies for the binary64 twin, so the forward lists all S·H·D of them.

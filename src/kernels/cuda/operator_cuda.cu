@@ -153,8 +153,12 @@ std::string device_name() {
   return prop.name;
 }
 
-RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, ExactBackend backend,
+// An fp32 policy has no binary64 twins: its kernels never write them, so they are neither allocated nor copied
+// back, and a caller's buffers stay untouched as on the CPU (copied, they would have held uninitialised device
+// memory).
+RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& requested, ExactBackend backend,
                  int cpu_threads) {
+  const ForwardOutputs out = stores_f64(pd) ? requested : ForwardOutputs{requested.out, nullptr};
   check_shape(in);
   RunStats stats;
   const Shape& sh = in.shape;
@@ -187,8 +191,10 @@ RunStats forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutput
   return stats;
 }
 
-RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, ExactBackend backend,
+RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& requested, ExactBackend backend,
                   int cpu_threads) {
+  BackwardOutputs out = requested;
+  if (!stores_f64(pd)) out.grad_x_f64 = out.grad_residual_f64 = out.grad_post_f64 = out.grad_comb_f64 = nullptr;
   check_shape(in);
   if (!in.grad_out) throw std::invalid_argument("the backward needs grad_out in the inputs");
   RunStats stats;
