@@ -306,6 +306,18 @@ TEST(CudaOperator, LongTokenLoopsMatchCpu) {
   }
 }
 
+// More tokens than a grid's y dimension holds (65 535): the forward caps grid.y and its blocks loop over tokens,
+// which only the exact kernels were run through (ExactFilterKernelsHandlePartialBlocksAndLongGrids). Every preset,
+// with D both a multiple of 8 (specialised kernels) and not (generic ones).
+TEST(CudaOperator, EveryPresetLoopsOverMoreTokensThanAGridRow) {
+  SKIP_WITHOUT_GPU();
+  for (const Shape& sh : {Shape{70000, 8, 8}, Shape{66000, 2, 5}}) {
+    const Inputs in = random_inputs(sh, 700 + sh.H);
+    for (const Policy& p : builtin_policies())
+      expect_policy_identical(p, in, fmt::format("S={} H={} D={}", sh.S, sh.H, sh.D));
+  }
+}
+
 // Infinities and NaN in every input (allowed under --allow-nonfinite: docs/format.md). The specialised binary64 and exact forwards
 // widen by placing bits, which holds for finite values only, so such slabs run the generic kernels; the exact
 // filters must decline (or give NaN for NaN) around them, including at H = 1 where the error factor is 0 and
