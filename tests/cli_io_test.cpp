@@ -83,6 +83,25 @@ TEST_F(CliIo, RunsTheShippedSeedExampleDataset) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("res.h5")));
 }
 
+// Each shipped dataset holds exactly what its command in datasets/README.md makes: every input value (the file
+// bytes also depend on the HDF5 library's chunk placement, so they are not compared).
+TEST_F(CliIo, ShippedDatasetsAreWhatTheirCommandsMake) {
+  const std::string root = std::string(MHCDIFF_SOURCE_DIR) + "/datasets/";
+  for (const char* args : {"--preset seed-example --shape 16,2,64 --seed 0 --grad -o seed-example.h5",
+                           "--preset randn --shape 64,4,512 --seed 1 --grad -o randn.h5",
+                           "--preset realistic --shape 64,4,512 --seed 2 --grad -o realistic.h5",
+                           "--preset cancellation --shape 64,4,512 --seed 3 -o cancellation.h5"}) {
+    ASSERT_EQ(run_cli(dir, std::string("gen ") + args + " --compress 9").exit_code, 0) << args;
+    const std::string name = std::string(args).substr(std::string(args).rfind(' ') + 1);
+    io::InputReader made(dir.file(name)), shipped(root + name);
+    ASSERT_EQ(made.shape(), shipped.shape()) << name;
+    const Inputs a = made.read_slab(0, made.shape().S), b = shipped.read_slab(0, shipped.shape().S);
+    EXPECT_TRUE(a.x == b.x && a.residual == b.residual && a.grad_out == b.grad_out && a.post == b.post &&
+                a.comb == b.comb)
+        << name << " differs from what its command makes; regenerate it with datasets/make.sh";
+  }
+}
+
 // scripts/mhcdiff_dump.py stores torch bf16 tensors bit-exactly in a file mhcdiff reads.
 TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
   if (std::system("/usr/bin/python3 -c 'import torch, h5py' > /dev/null 2>&1") != 0)

@@ -138,6 +138,19 @@ TEST(Explain, AnOverflowingStepLosesMinusInfinity) {
   }
 }
 
+// κ is infinite for an exact zero, but the census counts a case only where t ≠ 0 (docs/metrics.md): explain used to
+// call such an element "a cancellation case" while compare counted it among the exact zeros (a ghost if non-zero).
+TEST(Explain, AnExactZeroIsNotCalledACancellationCase) {
+  ElementInputs e = seed_example_ho0();
+  e.p = 1.0f;  // 1·1 + 0.5·(−1) + 0.5·(−1) = 0 exactly
+  const std::string text = format_explanation_text(explain_element(e, {0, 0, 0}, {find_policy("exact")}));
+  EXPECT_NE(text.find("kappa = inf  (an exact zero: not a cancellation case"), std::string::npos) << text;
+  EXPECT_EQ(text.find("(a cancellation case"), std::string::npos) << text;
+  const std::string seed =
+      format_explanation_text(explain_element(seed_example_ho0(), {0, 0, 0}, {find_policy("exact")}));
+  EXPECT_NE(seed.find("(a cancellation case: κ ≥ 256)"), std::string::npos) << seed;
+}
+
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
   const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
   const std::string j = format_explanation_json(e);

@@ -7,6 +7,7 @@
 
 #include "investigate/json_text.hpp"
 #include "kernels/operator_math.hpp"
+#include "metrics/truth.hpp"
 #include "numerics/exact_fallback.hpp"
 
 namespace mhc::investigate {
@@ -172,6 +173,15 @@ std::string value_text(const char* format, double v) {
   return fmt::format("{}", v);
 }
 
+// What the census (docs/metrics.md) makes of this element at its default threshold: a case needs t ≠ 0, so an
+// exact zero (κ = inf) is never one; a policy that gives it a non-zero value makes it a ghost.
+std::string census_note(const Explanation& e) {
+  if (e.exact_rn64 == 0.0) return "  (an exact zero: not a cancellation case; a non-zero value here is a ghost)";
+  if (e.kappa >= metrics::kDefaultCensusThreshold)
+    return fmt::format("  (a cancellation case: κ ≥ {})", metrics::kDefaultCensusThreshold);
+  return "";
+}
+
 }  // namespace
 
 std::string format_explanation_text(const Explanation& e) {
@@ -191,7 +201,7 @@ std::string format_explanation_text(const Explanation& e) {
   for (int k = 0; k < in.H; ++k) out += fmt::format(", c{}·r{} = {}", k, k, e.terms[size_t(k) + 1]);
   out += fmt::format("\n  value = {} (RN64){}\n  RNb   = {} bf16 0x{:04x}\n  kappa = {:.4g}{}\n", e.exact_rn64,
                      e.exact_fallback ? ", via the multiprecision fallback" : "", bf16_to_float(e.exact_bf16), e.exact_bf16,
-                     e.kappa, e.kappa >= 256 ? "  (a cancellation case: κ ≥ 256)" : "");
+                     e.kappa, census_note(e));
 
   for (const PolicyTrace& t : e.policies) {
     out += fmt::format("\npolicy {}  [{}]\n", t.policy.name, describe(t.policy.desc));
