@@ -139,6 +139,16 @@ TEST(PolicyFile, ResolvesListsWithFilePoliciesAndRefusesNameClashes) {
   write_policy_file({"hf", PolicyDesc{}, ""}, clash);
   EXPECT_THROW(resolve_policies("", {clash}), InputError);
   EXPECT_THROW(resolve_policies("", {(dir / "missing.toml").string()}), InputError);
+  // The same file twice, by any name, is a repeated option (it said "reuses the name 'mine' of another policy file").
+  const std::string same = (dir / "." / "mine.toml").string();
+  for (const auto& twice : {std::vector<std::string>{mine, mine}, std::vector<std::string>{mine, same}}) {
+    try {
+      resolve_policies("", twice);
+      ADD_FAILURE() << "accepted " << twice[1] << " twice";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("is given twice"), std::string::npos) << e.what();
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

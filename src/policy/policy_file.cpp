@@ -224,7 +224,14 @@ void write_policy_file(const Policy& policy, const std::string& path) {
 
 std::vector<Policy> resolve_policies(const std::string& list, const std::vector<std::string>& policy_files) {
   std::vector<Policy> from_files;
-  for (const std::string& path : policy_files) {
+  for (size_t i = 0; i < policy_files.size(); ++i) {
+    const std::string& path = policy_files[i];
+    // The same file twice (by any name) is a repeated option, not two policies that clash.
+    for (size_t j = 0; j < i; ++j)
+      if (io::same_file(path, policy_files[j]))
+        throw InputError(path == policy_files[j]
+                             ? fmt::format("--policy-file {} is given twice", path)
+                             : fmt::format("--policy-file {} is given twice (also as {})", path, policy_files[j]));
     Policy p = read_policy_file(path);
     bool builtin_clash = true;
     try {
