@@ -157,6 +157,14 @@ TEST_F(CliIo, AnOutputNamedWithEqualsAndASideWithoutAFileAreRefused) {
   expect_refused("compare :exact policy:hf --inputs in.h5", {"':exact' names no file", "policy:NAME"});
 }
 
+// CLI11 saturated --slab-tokens text beyond 2^63 (99999999999999999999999 ran as 2^63 − 1); it is bounded now.
+TEST_F(CliIo, SlabTokensOutOfRangeIsRefused) {
+  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 4,2,16 -o in.h5").exit_code, 0);
+  for (const char* n : {"99999999999999999999999", "18446744073709551617", "1099511627777", "-1"})
+    expect_usage_error(std::string("run in.h5 -o out.h5 --slab-tokens ") + n, "--slab-tokens");
+  EXPECT_EQ(run_cli(dir, "run in.h5 -o out.h5 --policies hf --slab-tokens 1099511627776").exit_code, 0);
+}
+
 // CLI11 said "A subcommand is required" for a misspelt command; the word is named now, with the list.
 TEST_F(CliIo, UnknownCommandIsNamed) {
   expect_refused("rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});
