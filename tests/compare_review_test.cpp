@@ -210,8 +210,6 @@ TEST_F(CompareReview, MaxUlpAbove2To53IsComparedExactly) {
   EXPECT_EQ(equal.exit_code, 0) << equal.out << equal.err;
 }
 
-// The count limits are whole numbers up to 2^64 − 1: read as int64 they were capped at 2^63 − 1, so a binary64
-// distance of ±max (2^64 − 2^53 − 2 ULP) failed --max-ulp 18446744073709551615, and 2^64 as text was capped too.
 // Groups a and b whose one out_f64 element is −max and +max: |C − R| = 2·max, beyond binary64.
 void write_opposite_extremes(const std::string& path) {
   const double max = std::numeric_limits<double>::max();
@@ -222,6 +220,8 @@ void write_opposite_extremes(const std::string& path) {
   f.f64("/results/b/out_f64", {1, 1, 1}, {max});
 }
 
+// The count limits are whole numbers up to 2^64 − 1: read as int64 they were capped at 2^63 − 1, so a binary64
+// distance of ±max (2^64 − 2^53 − 2 ULP) failed --max-ulp 18446744073709551615, and 2^64 as text was capped too.
 TEST_F(CompareReview, CountLimitsReachTwoToTheSixtyFourMinusOne) {
   write_opposite_extremes(dir->file("far.h5"));
   const std::string base = "compare far.h5:a far.h5:b --tensors out_f64 ";

@@ -76,20 +76,6 @@ void install_signal_cleanup() {
   if (defaulted(SIGXFSZ)) std::signal(SIGXFSZ, SIG_IGN);
 }
 
-}  // namespace
-
-void report_crashes_as_input_errors() {
-  for (int sig : {SIGSEGV, SIGBUS}) {
-    struct sigaction action {};
-    action.sa_handler = report_crash;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESETHAND;  // a crash inside the handler ends the process the default way
-    sigaction(sig, &action, nullptr);
-  }
-}
-
-namespace {
-
 int register_temp(const std::string& path) {
   install_signal_cleanup();
   if (path.size() >= sizeof(TempSlot::path)) return -1;
@@ -136,6 +122,16 @@ fs::path resolve_output(const fs::path& p0, bool& followed) {
 }
 
 }  // namespace
+
+void report_crashes_as_input_errors() {
+  for (int sig : {SIGSEGV, SIGBUS}) {
+    struct sigaction action {};
+    action.sa_handler = report_crash;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;  // a crash inside the handler ends the process the default way
+    sigaction(sig, &action, nullptr);
+  }
+}
 
 std::string system_reason(int err) {
   std::string s = std::strerror(err);
