@@ -10,7 +10,7 @@
 #          16384,4,4096 and 4096,4,4096, medians summarised, every shape benched with each variant; AB_TEST=FILTER
 #          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
-#          TORCH_TIMEOUT)
+#          TORCH_TIMEOUT). WAVES=1 adds a scan of the exact and fp64 kernels over S (whole and partial waves).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -93,6 +93,32 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
   timeout "${BENCH_TIMEOUT:-120}" "$MHCDIFF" bench --device cuda --format csv --reps 40 ${BENCH_ARGS:-} >"$OUT/bench.csv" \
     2>>"$OUT/bench.log"
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
+
+  if [[ -n "${WAVES:-}" ]]; then
+    # The exact and fp64 backward (and forward) over whole and partial waves of the compact exact backward's
+    # warps (132 multiprocessors x 12 on the H100 / H200): whether the time per token is the same at every S, or
+    # part of it is a fixed or per-wave cost (16384 tokens are 10.34 such waves, 4096 are 2.59).
+    stage "wave scan"
+    shapes=()
+    for s in 1584 3168 4096 4752 6336 7920 9504 11088 12672 14256 15840 16384 17424; do shapes+=(--shape "$s,4,4096"); done
+    timeout "${BENCH_TIMEOUT:-120}" "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact,fp64 "${shapes[@]}" \
+      >"$OUT/waves.csv" 2>>"$OUT/bench.log"
+    echo "wave scan rc=$?" | tee -a "$OUT/summary.log"
+    # "device",S,H,D,policy,dir,median_ms,...: ms per 1000 tokens between neighbouring S, per policy and direction
+    python3 - "$OUT/waves.csv" <<'PY' | tee -a "$OUT/summary.log"
+import collections, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.strip().split(",")
+    if len(f) >= 7 and f[1].isdigit():
+        rows[(f[4], f[5])].append((int(f[1]), float(f[6])))
+for (policy, direction), v in sorted(rows.items()):
+    v.sort()
+    steps = "  ".join(f"{s}:{ms:.4f}" + (f" ({1000 * (ms - v[i - 1][1]) / (s - v[i - 1][0]):.4f}/1k)" if i else "")
+                      for i, (s, ms) in enumerate(v))
+    print(f"  {policy} {direction}: {steps}")
+PY
+  fi
 
   if [[ -n "${AB:-}" ]]; then
     read -r -a ab <<<"$AB"

@@ -210,7 +210,7 @@ TEST_F(CliIo, UnsupportedDtype) {
     f.f32("/inputs/post", {4, 2}, inputs.post);
     f.f32("/inputs/comb", {4, 2, 2}, inputs.comb);
   }
-  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/x", "unsupported"});
+  expect_refused("run bad.h5 -o out.h5", {"bad.h5", "/inputs/x is int32; expected bfloat16"});
 }
 
 TEST_F(CliIo, NonBf16ValuesInBf16Slot) {
@@ -380,6 +380,8 @@ TEST_F(CliIo, OutOfRangeOptionValuesAreUsageErrors) {
     expect_usage_error(std::string("gen --seed ") + seed + " -o s.h5", "--seed");
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --seed -5", "--seed");
   EXPECT_EQ(run_cli(dir, "gen --seed 18446744073709551615 -o s.h5").exit_code, 0);
+  // An empty report name meant "no report file", silently (the JSON went to stdout instead).
+  expect_usage_error("compare policy:hf policy:exact --inputs good.h5 --format json --report ''", "--report");
 }
 
 // A preset's knob given to another preset would be silently ignored; a shape larger than the disk would write
@@ -421,6 +423,27 @@ TEST_F(CliIo, AWriteTheSystemRefusesIsOneSentenceAndExit2) {
   EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output");
   expect_refused("gen --preset randn --shape 2048,4,256 -o new.h5", {"new.h5", "file too large", "nothing was written"},
                  limited);
+}
+
+// Standard output that refuses the report (`> report.json` on a full disk, here /dev/full) is an error: a report that
+// fit stdio's buffer used to be dropped at exit with exit code 0, and under --report the file was written first.
+TEST_F(CliIo, AReportStandardOutputCannotTakeIsExit2AndNoReportFile) {
+  ASSERT_EQ(run_cli(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  const auto before = sorted_entries();
+  for (const char* args : {"compare res.h5:hf policy:hf --inputs good.h5 --format json",
+                           "compare res.h5:hf policy:exact --inputs good.h5 --format json --report r.json",
+                           "info res.h5", "explain good.h5 --at 0,0,0 --format json",
+                           "fingerprint good.h5 res.h5:hf --format json"}) {
+    const std::string err = dir.file(".stderr");
+    const int status = std::system(
+        ("cd " + dir.path.string() + " && " + MHCDIFF_BINARY + " -q " + args + " > /dev/full 2> " + err).c_str());
+    const std::string message = read_file_bytes(err);
+    std::filesystem::remove(err);
+    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << args << "\n" << message;
+    EXPECT_NE(message.find("could not write to standard output"), std::string::npos) << args << "\n" << message;
+    EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << args << "\n" << message;
+    EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
+  }
 }
 
 // A file damaged inside (eight bytes of its global heap overwritten, where the string attributes live) crashes

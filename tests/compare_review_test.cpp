@@ -163,6 +163,8 @@ TEST_F(CompareReview, GoldenTolerancesMustParseCompletely) {
                       {"golden_tolerance.grad_x.norm_max", "1e-2 "},
                       {"golden_tolerance.grad_post.max_mismatch_frac", "2"},
                       {"golden_tolerance.out.max_ulps", "3"},
+                      {"golden_tolerance.out.max_ulp", "18446744073709551616"},  // 2^64
+                      {"golden_tolerance.out.max_ulp", "2e19"},
                       {"golden_tolerance.grad_comb.max_ulp", nullptr}};
   for (const Case& c : bad) {
     std::filesystem::copy_file(dir->file("golden.h5"), dir->file("edited.h5"),
@@ -174,7 +176,10 @@ TEST_F(CompareReview, GoldenTolerancesMustParseCompletely) {
   }
   // Whole numbers however written, and inf, are limits: the max-ulp gate of out states the value read.
   for (const auto& [good, shown] : std::vector<std::pair<const char*, const char*>>{
-           {"inf", "≤ inf allowed"}, {"2e3", "≤ 2000 allowed"}, {"12", "≤ 12 allowed"}}) {
+           {"inf", "≤ inf allowed"}, {"2e3", "≤ 2000 allowed"}, {"12", "≤ 12 allowed"},
+           // exactly, past 2^53 (where a double reads 9007199254740992) and up to 2^64 - 1
+           {"9007199254740993", "≤ 9007199254740993 allowed"},
+           {"18446744073709551615", "≤ 18446744073709551615 allowed"}}) {
     std::filesystem::copy_file(dir->file("golden.h5"), dir->file("edited.h5"),
                                std::filesystem::copy_options::overwrite_existing);
     set_root_string_attribute(dir->file("edited.h5"), "golden_tolerance.out.max_ulp", good);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -144,6 +145,147 @@ TEST_F(IoReview, DataStoredOutsideTheFileIsRefusedWithoutBlocking) {
   expect_refused("fingerprint good.h5 res-link.h5:hf", {"/results/hf-bf16/out", "external link"});
   ASSERT_EQ(run_bounded(dir, "golden regen good.h5 -o golden.h5").exit_code, 0);
   expect_refused("golden check res-link.h5:hf --golden golden.h5", {"/results/hf-bf16/out", "external link"});
+}
+
+// A virtual dataset over this same file ("." as its source file) was accepted without looking at its source: a
+// missing source read as zeros (`run` exited 0 with results of inputs that were not there), and a source stored in
+// an external file or a FIFO was read or blocked. Each such mapping is followed now; one whose source is the data
+// itself, whole, is still read.
+TEST_F(IoReview, AVirtualDatasetOverThisFileIsReadOnlyWhereItReachesDataStoredInIt) {
+  ASSERT_EQ(mkfifo(dir.file("ff").c_str(), 0666), 0);
+  const hsize_t S = hsize_t(inputs.S), H = hsize_t(inputs.H);
+  // /inputs/post as a virtual dataset whose rows [0, rows) map the same rows of `source` in this file (`source_dims`:
+  // the source selection's dataspace).
+  auto virtual_over = [&](const std::string& path, const char* source, hsize_t rows, std::vector<hsize_t> source_dims) {
+    replace_link(path, "/inputs/post", [&](hid_t f) {
+      const hsize_t dims[2] = {S, H}, start[2] = {0, 0}, count[2] = {rows, H};
+      const hid_t space = H5Screate_simple(2, dims, nullptr);
+      const hid_t src = H5Screate_simple(2, source_dims.data(), nullptr);
+      H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+      H5Sselect_hyperslab(src, H5S_SELECT_SET, start, nullptr, count, nullptr);
+      const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      ASSERT_GE(H5Pset_virtual(dcpl, space, ".", source, src), 0);
+      create_f32(f, "/inputs/post", {S, H}, dcpl);
+      H5Pclose(dcpl);
+      H5Sclose(src);
+      H5Sclose(space);
+    });
+  };
+  auto add_source = [&](const std::string& path, hsize_t rows, hid_t dcpl) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    create_f32(f, "/p", {rows, H}, dcpl, dcpl == H5P_DEFAULT ? inputs.post.data() : nullptr);
+    H5Fclose(f);
+  };
+  for (const char* name : {"missing.h5", "raw.h5", "part.h5", "past.h5", "cycle.h5", "whole.h5"})
+    write_inputs(dir.file(name), inputs);
+  virtual_over(dir.file("missing.h5"), "/p", S, {S, H});
+  const hid_t raw = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_external(raw, "ff", 0, H5F_UNLIMITED);
+  add_source(dir.file("raw.h5"), S, raw);
+  H5Pclose(raw);
+  virtual_over(dir.file("raw.h5"), "/p", S, {S, H});
+  add_source(dir.file("part.h5"), S, H5P_DEFAULT);
+  virtual_over(dir.file("part.h5"), "/p", S - 1, {S, H});  // the last token's weights unmapped
+  add_source(dir.file("past.h5"), S - 1, H5P_DEFAULT);
+  virtual_over(dir.file("past.h5"), "/p", S, {S, H});  // maps one row more than /p has
+  virtual_over(dir.file("cycle.h5"), "/inputs/post", S, {S, H});
+  add_source(dir.file("whole.h5"), S, H5P_DEFAULT);
+  virtual_over(dir.file("whole.h5"), "/p", S, {S, H});
+
+  expect_refused("run missing.h5 -o out.h5 --policies hf", {"missing.h5", "/inputs/post", "/p", "not a dataset"});
+  expect_refused("run raw.h5 -o out.h5 --policies hf", {"/inputs/post", "/p", "external file 'ff'"});
+  expect_refused("compare policy:hf policy:exact --inputs raw.h5", {"/inputs/post", "external file"});
+  expect_refused("run part.h5 -o out.h5 --policies hf", {"/inputs/post", "only part of its shape"});
+  expect_refused("run past.h5 -o out.h5 --policies hf", {"/inputs/post", "/p", "past that dataset's shape"});
+  expect_refused("run cycle.h5 -o out.h5 --policies hf", {"/inputs/post", "more than 8 virtual datasets"});
+  const CliResult info = run_bounded(dir, "info raw.h5");
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("not usable by `run`"), std::string::npos) << info.out;
+
+  // The whole of a present source: the same results as the plain file.
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o good-res.h5 --policies hf,exact").exit_code, 0);
+  const CliResult whole = run_bounded(dir, "run whole.h5 -o whole-res.h5 --policies hf,exact");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(run_bounded(dir, "compare whole-res.h5:hf good-res.h5:hf --max-mismatch 0").exit_code, 0);
+  EXPECT_EQ(run_bounded(dir, "compare whole-res.h5:exact good-res.h5:exact --max-mismatch 0").exit_code, 0);
+}
+
+// A dataset of a type mhcdiff does not read is named by its type: "an unsupported type" told nothing of int32 or a
+// compound, and a dtype attribute that is there with another value ("BFloat16", space-padded) was reported missing.
+TEST_F(IoReview, ATypeThatIsNotReadIsNamed) {
+  const hsize_t S = hsize_t(inputs.S), D = hsize_t(inputs.D);
+  // /inputs/x of `type` (not written: the type is refused before any read), with a dtype attribute when given.
+  auto x_of_type = [&](const std::string& file, hid_t type, const char* dtype) {
+    write_inputs(dir.file(file), inputs);
+    replace_link(dir.file(file), "/inputs/x", [&](hid_t f) {
+      const hsize_t dims[2] = {S, D};
+      const hid_t space = H5Screate_simple(2, dims, nullptr);
+      const hid_t ds = H5Dcreate2(f, "/inputs/x", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      ASSERT_GE(ds, 0) << file;
+      if (dtype) {
+        const hid_t str = H5Tcopy(H5T_C_S1);
+        H5Tset_size(str, std::strlen(dtype));
+        const hid_t scalar = H5Screate(H5S_SCALAR);
+        const hid_t attr = H5Acreate2(ds, "dtype", str, scalar, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(attr, str, dtype);
+        H5Aclose(attr);
+        H5Sclose(scalar);
+        H5Tclose(str);
+      }
+      H5Dclose(ds);
+      H5Sclose(space);
+    });
+  };
+  x_of_type("i32.h5", H5T_STD_I32LE, nullptr);
+  x_of_type("i16.h5", H5T_STD_I16LE, nullptr);
+  x_of_type("named.h5", H5T_STD_U16LE, "BFloat16");
+  x_of_type("padded.h5", H5T_STD_U16LE, "bfloat16  ");
+  const hid_t compound = H5Tcreate(H5T_COMPOUND, 4);
+  H5Tinsert(compound, "re", 0, H5T_STD_U16LE);
+  H5Tinsert(compound, "im", 2, H5T_STD_U16LE);
+  x_of_type("compound.h5", compound, nullptr);
+  H5Tclose(compound);
+  const hid_t biased = H5Tcopy(H5T_IEEE_F32LE);  // bf16's fields with exponent bias 126
+  H5Tset_fields(biased, 15, 7, 8, 0, 7);
+  H5Tset_ebias(biased, 126);
+  H5Tset_size(biased, 2);
+  x_of_type("bias.h5", biased, nullptr);
+  H5Tclose(biased);
+
+  expect_refused("run i32.h5 -o out.h5", {"/inputs/x is int32; expected bfloat16"});
+  expect_refused("run i16.h5 -o out.h5", {"/inputs/x is int16 without dtype=\"bfloat16\" attribute"});
+  expect_refused("run named.h5 -o out.h5", {"/inputs/x is uint16 with dtype attribute \"BFloat16\""});
+  expect_refused("run padded.h5 -o out.h5", {"uint16 with dtype attribute \"bfloat16  \""});
+  expect_refused("run compound.h5 -o out.h5", {"/inputs/x is a compound type"});
+  expect_refused("run bias.h5 -o out.h5", {"/inputs/x is a 16-bit float of neither float16's nor bfloat16's layout"});
+  const CliResult info = run_bounded(dir, "info i32.h5");
+  EXPECT_NE(info.out.find("int32"), std::string::npos) << info.out;
+}
+
+// A path that cannot lead to a dataset says why: "/inputs" a dataset was "missing dataset /inputs/x", and a soft link
+// to itself (or to a link to a missing object) was "a link to /inputs/x, which does not exist".
+TEST_F(IoReview, APathThroughADatasetOrALinkCycleSaysSo) {
+  write_inputs(dir.file("flat.h5"), inputs);
+  replace_link(dir.file("flat.h5"), "/inputs", [](hid_t f) {
+    const hsize_t one = 1;
+    const hid_t space = H5Screate_simple(1, &one, nullptr);
+    H5Dclose(H5Dcreate2(f, "/inputs", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Sclose(space);
+  });
+  write_inputs(dir.file("self.h5"), inputs);
+  replace_link(dir.file("self.h5"), "/inputs/x", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_soft("/inputs/x", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  write_inputs(dir.file("chain.h5"), inputs);
+  replace_link(dir.file("chain.h5"), "/inputs/x", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_soft("/a", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("/gone", f, "/a", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  expect_refused("run flat.h5 -o out.h5", {"flat.h5", "/inputs is a dataset, not a group"}, {"missing"});
+  expect_refused("run self.h5 -o out.h5", {"/inputs/x is a link to /inputs/x", "cycle of soft links"});
+  expect_refused("run chain.h5 -o out.h5", {"/inputs/x is a link to /a", "leads to no object"});
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  expect_refused("compare flat.h5:/inputs/x/out policy:hf --inputs good.h5", {"/inputs is a dataset, not a group"});
 }
 
 // A stale link beside the results groups (a removed policy's soft link, an external link to an archive) made every

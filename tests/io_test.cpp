@@ -140,6 +140,39 @@ TEST(Store, RefusesFloat32ThatIsNotBf16UnlessRoundingIsAllowed) {
   EXPECT_EQ(census.rounded_count, 1);
 }
 
+// A finite value beyond bf16's range rounds to an infinity under --round-inputs: refused as what it is (a finite
+// value out of range; it was reported as "holds an infinity"), or let through with --allow-nonfinite.
+TEST(Store, RoundingAFiniteValueToAnInfinityNeedsNonFiniteInputsAllowed) {
+  TempDir dir;
+  RawInputs r = random_inputs(2, 1, 4, 4);
+  std::vector<float> x32;
+  for (uint16_t b : r.x) x32.push_back(float_of_bf16(b));
+  x32[6] = 3.4e38f;  // finite; above bf16's largest value and its midpoint to 2^128, so RNb gives +inf
+  {
+    RawFile f(dir.file("in.h5"));
+    f.f32("/inputs/x", {2, 4}, x32);
+    f.bf16("/inputs/residual", {2, 1, 4}, r.residual);
+    f.f32("/inputs/post", {2, 1}, r.post);
+    f.f32("/inputs/comb", {2, 1, 1}, r.comb);
+  }
+  io::ReadOptions opt;
+  opt.round_inputs = true;
+  try {
+    io::InputReader(dir.file("in.h5"), opt).read_slab(0, 2);
+    FAIL() << "a finite value that rounds to an infinity must be refused without --allow-nonfinite";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("beyond bfloat16's range"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[1,2]"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("holds an infinity"), std::string::npos) << msg;
+  }
+  opt.allow_nonfinite = true;
+  io::InputCensus census;
+  const Inputs got = io::InputReader(dir.file("in.h5"), opt).read_slab(0, 2, &census);
+  EXPECT_EQ(got.x[6], 0x7f80);
+  EXPECT_EQ(census.inf_count, 1);
+}
+
 TEST(Store, FlattensBatchDimsAndKeepsThemInResults) {
   TempDir dir;
   RawInputs r = random_inputs(6, 2, 5, 5);  // stored as [2,3,...]

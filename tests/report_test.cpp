@@ -17,6 +17,7 @@
 #include "report/json_writer.hpp"
 #include "report/numbers.hpp"
 #include "report/report.hpp"
+#include "report/text_safety.hpp"
 #include "io_test_util.hpp"
 
 namespace mhc {
@@ -351,6 +352,50 @@ TEST(MarkdownReport, HasTheVerdictATableRowPerTensorAndTheFailedGates) {
   EXPECT_NE(md.find("| `out` | bf16 | 6 / 8 (75%) | inf at (0, 1, 1) |"), std::string::npos) << md;
   EXPECT_NE(md.find("**Failed gates**"), std::string::npos) << md;
   EXPECT_NE(md.find("- `out` `max-ulp`: max ULP inf"), std::string::npos) << md;
+}
+
+// Names come from files and arguments: bytes that are not UTF-8 (a Latin-1 file name) made the JSON and JUnit reports
+// unreadable, a newline in an attribute value came back as a space, a backtick broke the markdown code span and a
+// '</details>' in a path closed the markdown details block early. Each format now stays valid and keeps the name.
+TEST(Reports, NamesThatAreNotUtf8OrHoldControlCharactersKeepEveryFormatValid) {
+  EXPECT_EQ(report::valid_utf8("caf\xe9"), "caf\xEF\xBF\xBD");
+  EXPECT_EQ(report::valid_utf8("\xc0\x80|\xed\xa0\x80|\xe2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD|"
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong, surrogate, cut short
+  EXPECT_EQ(report::valid_utf8("κ ≥ 256 中"), "κ ≥ 256 中");
+  EXPECT_EQ(report::one_line(std::string("a\nb\tc\x01\x7f", 7)), "a\\nb\\tc\\x01\\x7f");
+
+  CompareReport r = sample_report(true);
+  r.candidate = "caf\xe9 `x`|y\n<b>&</details>.h5:/results/hf-bf16";
+  r.truth = "the reference " + r.candidate;
+  const std::string shown = "caf\xEF\xBF\xBD `x`|y\n<b>&</details>.h5:/results/hf-bf16";
+
+  const std::string text = report::render_text(r);
+  EXPECT_NE(text.find("  candidate  caf\xEF\xBF\xBD `x`|y\\n<b>&</details>.h5:/results/hf-bf16\n"), std::string::npos)
+      << text;
+
+  const std::string md = report::render_markdown(r);
+  EXPECT_NE(md.find("- candidate: ``caf\xEF\xBF\xBD `x`|y\\n<b>&</details>.h5:/results/hf-bf16``\n"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("- truth: the reference caf\xEF\xBF\xBD `x`\\|y\\n&lt;b&gt;&amp;&lt;/details&gt;.h5"), std::string::npos)
+      << md;
+  size_t closes = 0;
+  for (size_t at = md.find("</details>\n"); at != std::string::npos; at = md.find("</details>\n", at + 1)) ++closes;
+  EXPECT_EQ(closes, 1u) << md;
+
+  if (!testing::python_can_import("json")) GTEST_SKIP() << "/usr/bin/python3 not available";
+  const ScratchDir scratch;
+  const auto json_doc = scratch.write("names.json", report::render_json(r));
+  const auto xml_doc = scratch.write("names.xml", report::render_junit(r));
+  const auto expected = scratch.write("expected.txt", shown);
+  // Both parsers read the documents and give back the name, newline included (U+FFFD where the byte was not UTF-8).
+  const std::string probe =
+      "/usr/bin/python3 -c \"import json, sys, xml.etree.ElementTree as E; "
+      "want=open(sys.argv[3], encoding='utf-8', newline='').read(); "
+      "j=json.load(open(sys.argv[1], encoding='utf-8')); "
+      "x=E.parse(sys.argv[2]).getroot().find('.//property[@name=\\\"candidate\\\"]').get('value'); "
+      "sys.exit(0 if j['candidate']==want and x==want else 1)\" " +
+      json_doc.string() + " " + xml_doc.string() + " " + expected.string();
+  EXPECT_EQ(std::system(probe.c_str()), 0) << report::render_json(r) << report::render_junit(r);
 }
 
 // The report file follows the output rules of every mhcdiff output (io::AtomicOutput): written through a symlink,

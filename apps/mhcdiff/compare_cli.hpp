@@ -91,7 +91,9 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   cmd->add_option("--format", o.format, "report format")
       ->check(CLI::IsMember({"text", "json", "markdown", "md", "junit"}))
       ->capture_default_str();
-  cmd->add_option("--report", o.report_path, "write the --format report to FILE; the text summary still goes to stdout");
+  cmd->add_option("--report", o.report_path, "write the --format report to FILE; the text summary still goes to stdout")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("an empty file name") : std::string(); },
+                             "FILE"));  // "" used to mean no report file, silently
   cmd->add_option("--top-k", o.top_k, "worst offenders listed per tensor")->check(CLI::Range(0, 10000))->capture_default_str();
   cmd->add_option("--policy-file", o.policy_files,
                   "a user policy (docs/policy-file.md) usable as policy:NAME and --relative-to NAME; repeatable");
@@ -201,12 +203,15 @@ inline int emit_report(const compare::CompareReport& rep, const CompareCliOption
                        const std::vector<io::SourceFile>& read) {
   const report::ReportFormat f = report::parse_report_format(o.format);
   if (!o.report_path.empty()) {
-    report::write_file_atomically(o.report_path, report::render(rep, f), read);
+    const std::string file = report::render(rep, f);
+    // The summary first: when standard output fails, the command fails (exit 2) with no report written.
     fmt::print("{}", report::render_text(rep));
+    io::flush_stdout();
+    report::write_file_atomically(o.report_path, file, read);
   } else {
     fmt::print("{}", report::render(rep, f));
+    io::flush_stdout();
   }
-  std::fflush(stdout);
   return rep.exit_code();
 }
 

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "commands.hpp"
 #include "io/errors.hpp"
 #include "io/files.hpp"
+#include "report/text_safety.hpp"
 
 int main(int argc, char** argv) {
   mhc::io::report_crashes_as_input_errors();
@@ -53,20 +55,23 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    mhc::io::flush_stdout();  // a report lost to a full disk or a closed pipe is an error, not exit 0
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   } catch (const mhc::InputError& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", mhc::report::one_line(e.what()));  // names from files and arguments may hold newlines
     return 2;
   } catch (const std::invalid_argument& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", mhc::report::one_line(e.what()));
     return 2;
   } catch (const std::bad_alloc&) {
     spdlog::error("not enough memory for this request (a smaller --shape, --slab-tokens or fewer policies at once)");
     return 2;
   } catch (const std::exception& e) {
-    spdlog::error("internal error: {}", e.what());
+    // fmt::print throws once its buffer cannot be written: that is standard output failing, not mhcdiff.
+    if (std::ferror(stdout)) spdlog::error("could not write to standard output: {}", e.what());
+    else spdlog::error("internal error: {}", mhc::report::one_line(e.what()));
     return 2;
   }
   return ctx.exit_code;

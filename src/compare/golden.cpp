@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -249,6 +250,19 @@ GoldenSpec read_golden(const std::string& path) {
       return *v;
     };
     t.max_ulp = num("max_ulp");
+    if (std::isfinite(t.max_ulp)) {
+      // Digits are read as the integer they spell; another spelling ("2e3") through the double, which holds every
+      // whole number it can spell exactly only up to 2^53, so only below 2^64.
+      const std::string& text = attrs[attr_name(tensor, "max_ulp")];
+      uint64_t whole = 0;
+      const auto [next, ec] = std::from_chars(text.data(), text.data() + text.size(), whole);
+      const bool digits = std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool exact = digits ? ec == std::errc() && next == text.data() + text.size() : t.max_ulp < 0x1p64;
+      if (!exact)
+        throw InputError(fmt::format("{}: attribute {} is '{}', not a whole number of ULP from 0 to {} (or inf)", path,
+                                     attr_name(tensor, "max_ulp"), text, std::numeric_limits<uint64_t>::max()));
+      t.max_ulp_whole = digits ? whole : static_cast<uint64_t>(t.max_ulp);
+    }
     t.max_mismatch_frac = num("max_mismatch_frac");
     t.rel_l2 = num("rel_l2");
     t.norm_max = num("norm_max");
@@ -278,7 +292,7 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
   std::vector<std::string> checked;
   for (const auto& t : spec.tolerances) {
     Thresholds th;
-    th.max_ulp = Threshold{t.max_ulp, origin};
+    th.max_ulp = t.max_ulp_whole ? Threshold::whole_number(*t.max_ulp_whole, origin) : Threshold{t.max_ulp, origin};
     th.max_mismatch_frac = Threshold{t.max_mismatch_frac, origin};
     th.rel_l2 = Threshold{t.rel_l2, origin};
     th.norm_max = Threshold{t.norm_max, origin};

@@ -4,6 +4,7 @@
 // the measured spread between those policies and between repeated runs — the approach of Megatron-LM's
 // golden-value tests, where the tolerance is what legitimate run-to-run variation actually reached.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct GoldenRegenOptions {
 struct GoldenTolerance {
   std::string tensor;
   double max_ulp = 0;
+  // max_ulp as the whole number its attribute spells, where it is one (not inf): exact up to 2^64 − 1, which the
+  // double rounds above 2^53.
+  std::optional<uint64_t> max_ulp_whole;
   double max_mismatch_frac = 0;
   double rel_l2 = 0;
   double norm_max = 0;

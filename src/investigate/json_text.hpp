@@ -7,23 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "report/json_writer.hpp"
+
 namespace mhc::investigate::json {
 
-inline std::string str(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += c;
-    }
-  }
-  return out + "\"";
-}
+// A JSON string: the same escaping as the compare reports (valid UTF-8, RFC 8259 escapes).
+inline std::string str(const std::string& s) { return report::JsonWriter::escape(s); }
 
 // Shortest round-trip decimal; JSON has no NaN/Infinity, so those become strings.
 inline std::string num(double v) {

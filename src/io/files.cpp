@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -137,6 +138,13 @@ std::string system_reason(int err) {
   std::string s = std::strerror(err);
   if (!s.empty()) s[0] = char(std::tolower(static_cast<unsigned char>(s[0])));
   return s;
+}
+
+void flush_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
+  const int err = errno;
+  throw IoError(fmt::format("could not write to standard output{}", err ? ": " + system_reason(err) : std::string()));
 }
 
 void require_regular_file(const std::string& path, const std::string& role, const std::string& expected) {

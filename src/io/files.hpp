@@ -78,6 +78,11 @@ class AtomicOutput {
   bool committed_ = false;
 };
 
+// Flushes standard output and throws IoError (one sentence with the system's reason) when anything written to it
+// was lost: a full disk under `> report.json`, a closed pipe. Without it a small report stayed in the buffer, was
+// dropped at exit, and the exit code still said 0 or 1.
+void flush_stdout();
+
 // strerror(err) with a lower-case first letter, to end a sentence ("no space left on device").
 std::string system_reason(int err);
 

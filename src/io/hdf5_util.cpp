@@ -117,7 +117,72 @@ std::optional<std::string> external_link_target(hid_t location, const std::strin
                      target);
 }
 
-std::optional<std::string> stored_outside_file(hid_t dataset) {
+namespace {
+
+// Whether the union of the virtual dataset's mapped selections covers its whole extent: an element no mapping
+// reaches reads as the fill value. Hyperslab selections are united (H5Scombine_select); an "all" selection covers
+// everything; nullopt when a selection is of another kind or HDF5 cannot say.
+std::optional<bool> virtual_mappings_cover(hid_t dataset, hid_t dcpl, size_t mappings) {
+  Handle space(H5Dget_space(dataset));
+  const hssize_t total = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+  if (total < 0) return std::nullopt;
+  Handle covered;
+  for (size_t i = 0; i < mappings; ++i) {
+    Handle mapped(H5Pget_virtual_vspace(dcpl, i));
+    if (!mapped.valid()) return std::nullopt;
+    const H5S_sel_type type = H5Sget_select_type(mapped.get());
+    if (type == H5S_SEL_ALL) return true;
+    if (type == H5S_SEL_NONE) continue;
+    if (type != H5S_SEL_HYPERSLABS) return std::nullopt;
+    covered = covered.valid() ? Handle(H5Scombine_select(covered.get(), H5S_SELECT_OR, mapped.get()))
+                              : Handle(H5Scopy(mapped.get()));
+    if (!covered.valid()) return std::nullopt;
+  }
+  if (!covered.valid()) return total == 0;
+  const hssize_t n = H5Sget_select_npoints(covered.get());
+  if (n < 0) return std::nullopt;
+  return n == total;
+}
+
+// Where mapping i of a virtual dataset in this same file ("." as its file name) goes wrong: its source dataset
+// missing, its source selection reaching past that dataset's extent (fill values there), or the source itself
+// stored outside the file (followed to `depth` levels: virtual datasets may map each other in a cycle).
+std::optional<std::string> same_file_source_problem(hid_t dataset, hid_t dcpl, size_t i, int depth) {
+  const ssize_t length = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
+  std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
+  H5Pget_virtual_dsetname(dcpl, i, name.data(), name.size());
+  const std::string source(name.data());
+  Handle file(H5Iget_file_id(dataset));
+  Handle ds(file.valid() ? H5Dopen2(file.get(), source.c_str(), local_dataset_access()) : H5I_INVALID_HID);
+  if (!ds.valid())
+    return fmt::format("a virtual dataset over {} of this file, which is not a dataset there (it would read as its "
+                       "fill value)",
+                       source);
+  Handle selected(H5Pget_virtual_srcspace(dcpl, i));
+  const std::vector<hsize_t> dims = dataset_dims(ds.get());
+  const int rank = selected.valid() ? H5Sget_simple_extent_ndims(selected.get()) : -1;
+  std::vector<hsize_t> start(size_t(std::max(rank, 0))), end(start.size());
+  const H5S_sel_type type = selected.valid() ? H5Sget_select_type(selected.get()) : H5S_SEL_ERROR;
+  // An "all" selection's bounds are its dataspace's extent, which need not be the source's.
+  const bool inside = rank == int(dims.size()) &&
+                      (type == H5S_SEL_NONE ||
+                       (H5Sget_select_bounds(selected.get(), start.data(), end.data()) >= 0 &&
+                        std::equal(end.begin(), end.end(), dims.begin(), [](hsize_t e, hsize_t d) { return e < d; })));
+  if (!inside)
+    return fmt::format("a virtual dataset over {} of this file, whose mapped part reaches past that dataset's shape "
+                       "(it would read as its fill value there)",
+                       source);
+  if (depth >= 8)
+    return fmt::format("a virtual dataset over {} of this file, through more than 8 virtual datasets (a cycle?)",
+                       source);
+  if (auto outside = stored_outside_file(ds.get(), depth + 1))
+    return fmt::format("a virtual dataset over {} of this file, which is {}", source, *outside);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> stored_outside_file(hid_t dataset, int depth) {
   Handle dcpl(H5Dget_create_plist(dataset));
   if (!dcpl.valid()) return std::nullopt;
   if (H5Pget_external_count(dcpl.get()) > 0) {
@@ -140,7 +205,11 @@ std::optional<std::string> stored_outside_file(hid_t dataset) {
       return fmt::format("a virtual dataset over the file '{}', which mhcdiff does not read (it reads only data "
                          "stored in the file itself; copy the data in)",
                          name.data());
+    if (auto problem = same_file_source_problem(dataset, dcpl.get(), i, depth)) return problem;
   }
+  const std::optional<bool> covered = virtual_mappings_cover(dataset, dcpl.get(), mappings);
+  if (!covered) return "a virtual dataset whose mappings mhcdiff cannot check (it reads only data stored in the file)";
+  if (!*covered) return "a virtual dataset that maps only part of its shape (the rest would read as its fill value)";
   return std::nullopt;
 }
 
@@ -170,6 +239,12 @@ std::string unusable_link_description(hid_t group, const char* name, const H5L_i
   // A soft link to an external link is as far out of the file as the external link.
   if (auto external = external_link_target(group, target.data()))
     return fmt::format("a link to {}, which is {}", target.data(), *external);
+  // The target is a link itself that does not lead to an object: a cycle of soft links (one to itself included), or
+  // a chain ending at a missing object.
+  if (H5Lexists(group, target.data(), local_links()) > 0)
+    return fmt::format("a link to {}, which is a link that leads to no object (a cycle of soft links, or one to a "
+                       "missing object)",
+                       target.data());
   return fmt::format("a link to {}, which does not exist", target.data());
 }
 
@@ -183,6 +258,8 @@ std::optional<std::string> unusable_component(hid_t file, const std::string& pat
     if (H5Oget_info_by_name2(file, partial.c_str(), &info, H5O_INFO_BASIC, local_links()) < 0)
       return fmt::format("{} is {}", partial, unusable_link_description(file, partial.c_str(), link));
     if (end == std::string::npos) return std::nullopt;
+    if (info.type != H5O_TYPE_GROUP)  // "/inputs" a dataset: "/inputs/x" is not missing, it cannot be there
+      return fmt::format("{} is a {}, not a group", partial, info.type == H5O_TYPE_DATASET ? "dataset" : "named type");
   }
 }
 
@@ -460,6 +537,11 @@ std::string attribute_text(hid_t attr) {
   std::vector<std::string> items;
   if (cls == H5T_STRING) {
     items = read_strings(attr, type.get(), n);
+  } else if (cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE) {
+    // Read as unsigned: as long long, HDF5 clips 2^63 .. 2^64 − 1 to 2^63 − 1 (a uint64 limit became another number).
+    std::vector<unsigned long long> v(static_cast<size_t>(n));
+    if (H5Aread(attr, H5T_NATIVE_ULLONG, v.data()) >= 0)
+      for (unsigned long long x : v) items.push_back(fmt::format("{}", x));
   } else if (cls == H5T_INTEGER) {
     std::vector<long long> v(static_cast<size_t>(n));
     if (H5Aread(attr, H5T_NATIVE_LLONG, v.data()) >= 0)
@@ -504,6 +586,48 @@ std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object
     out.emplace_back(name, attr.valid() ? attribute_text(attr.get()) : "(unreadable)");
   }
   return out;
+}
+
+std::string stored_type_name(hid_t dataset) {
+  const StoredKind kind = classify(dataset);
+  Handle type(H5Dget_type(dataset));
+  if (kind == StoredKind::uint16_plain || kind == StoredKind::other) {
+    // A dtype attribute that is there with another value: say so, where "without dtype=..." would mislead.
+    std::string attr;
+    if (attribute_exists(dataset, "dtype")) {
+      Handle a(H5Aopen(dataset, "dtype", H5P_DEFAULT));
+      Handle a_type(a.valid() ? H5Aget_type(a.get()) : H5I_INVALID_HID);
+      const bool text = a_type.valid() && H5Tget_class(a_type.get()) == H5T_STRING;
+      const std::string value = a.valid() ? attribute_text(a.get()) : "(unreadable)";
+      attr = fmt::format(" with dtype attribute {} (mhcdiff reads \"bfloat16\" or \"bf16\")",
+                         text ? fmt::format("\"{}\"", value) : value);
+    }
+    if (kind == StoredKind::uint16_plain) return attr.empty() ? stored_kind_name(kind) : "uint16" + attr;
+    if (!type.valid()) return stored_kind_name(kind);
+    const size_t bits = 8 * H5Tget_size(type.get());
+    switch (H5Tget_class(type.get())) {
+      case H5T_INTEGER:
+        return fmt::format("{}int{}{}", H5Tget_sign(type.get()) == H5T_SGN_NONE ? "u" : "", bits,
+                           attr.empty() && bits == 16 ? " without dtype=\"bfloat16\" attribute" : attr);
+      case H5T_FLOAT: return fmt::format("a {}-bit float of neither binary32's nor binary64's layout", bits);
+      case H5T_STRING: return "a string type";
+      case H5T_COMPOUND: return "a compound type";
+      case H5T_OPAQUE: return "an opaque type";
+      case H5T_ARRAY: return "an array type";
+      case H5T_ENUM: return "an enum type";
+      case H5T_BITFIELD: return "a bitfield type";
+      case H5T_REFERENCE: return "a reference type";
+      case H5T_VLEN: return "a variable-length type";
+      default: return stored_kind_name(kind);
+    }
+  }
+  if (kind == StoredKind::float16 && type.valid()) {
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    H5Tget_fields(type.get(), &spos, &epos, &esize, &mpos, &msize);
+    if (!(spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10 && H5Tget_ebias(type.get()) == 15))
+      return "a 16-bit float of neither float16's nor bfloat16's layout";
+  }
+  return stored_kind_name(kind);
 }
 
 }  // namespace mhc::io::detail

@@ -71,8 +71,11 @@ Handle open_file_read_only(const std::string& path);
 // local_links() and its siblings, whose callback refuses to traverse, so none of them (a path lookup, an iteration)
 // can open the file such a link names; H5Lget_val still reads the link's target.
 std::optional<std::string> external_link_target(hid_t location, const std::string& path);
-// External raw storage (H5Pset_external), or a virtual dataset with a source in another file.
-std::optional<std::string> stored_outside_file(hid_t dataset);
+// External raw storage (H5Pset_external), or a virtual dataset with a source in another file; for a virtual dataset
+// over this same file, a source that is missing, mapped past its shape, or itself stored outside (followed through
+// up to 8 virtual datasets), and mappings that leave part of the shape unmapped: each would read as fill values or
+// from elsewhere. `depth`: how many virtual datasets led here.
+std::optional<std::string> stored_outside_file(hid_t dataset, int depth = 0);
 
 // What a link of `group` that HDF5 cannot open is (the end of a sentence): "an external link to …" or "a link to
 // /gone, which does not exist".
@@ -104,6 +107,9 @@ Handle make_bf16_type();
 enum class StoredKind { bf16_float, bf16_uint16, f32, f64, uint16_plain, float16, other };
 StoredKind classify(hid_t dataset);
 std::string stored_kind_name(StoredKind k);
+// stored_kind_name of the dataset, more precisely where mhcdiff does not read it: the type named ("int32", "a
+// compound type"), a dtype attribute of another value quoted, a 16-bit float of another layout told from float16.
+std::string stored_type_name(hid_t dataset);
 std::optional<DType> dtype_of(StoredKind k);
 
 std::vector<hsize_t> dataset_dims(hid_t dataset);

@@ -39,7 +39,6 @@ void describe_dataset(Walk& w, const std::string& path, const std::string& name)
     w.text += fmt::format("  {:<20} (unreadable)\n", name);
     return;
   }
-  const auto kind = detail::classify(ds.get());
   const auto dims = detail::dataset_dims(ds.get());
   uint64_t elements = 1;
   for (hsize_t d : dims) elements *= d;
@@ -65,7 +64,7 @@ void describe_dataset(Walk& w, const std::string& path, const std::string& name)
     }
   }
   if (auto outside = detail::stored_outside_file(ds.get())) storage += fmt::format(", {}", *outside);
-  w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", name, detail::stored_kind_name(kind), detail::dims_text(dims),
+  w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", name, detail::stored_type_name(ds.get()), detail::dims_text(dims),
                         storage);
 }
 

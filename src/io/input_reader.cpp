@@ -129,6 +129,7 @@ struct InputReader::Impl {
     const std::string ds = std::string("/inputs/") + name;
     if (H5Lexists(file.get(), ds.c_str(), detail::local_links()) <= 0) {
       if (!required) return;
+      if (auto why = detail::unusable_component(file.get(), ds)) fail(*why);  // "/inputs is a dataset, not a group"
       fail(fmt::format("missing dataset {} (an mhcdiff/1 input file has /inputs/x, /inputs/residual, /inputs/post, "
                        "/inputs/comb and optionally /inputs/grad_out)",
                        ds));
@@ -142,7 +143,7 @@ struct InputReader::Impl {
                                  ? "bfloat16 (the HDF5 bf16 float type, or uint16 with attribute dtype=\"bfloat16\"), "
                                    "or float32/float64 holding bf16 values"
                                  : "float32 (float64 or bfloat16 holding float32 values are accepted too)";
-      fail(fmt::format("dataset {} is {}; expected {}", ds, detail::stored_kind_name(t.kind), expected));
+      fail(fmt::format("dataset {} is {}; expected {}", ds, detail::stored_type_name(t.dataset.get()), expected));
     }
   }
 
@@ -287,6 +288,13 @@ struct InputReader::Impl {
                          t.name, sizeof(Wide) == 8 ? "float64" : "float32", target,
                          element_index_text(s0 * t.row_elems + int64_t(i), t, shape), double(v)));
       if (census) ++census->rounded_count;
+      // A finite value beyond the target's range rounds to an infinity, which check_finite would report as if the
+      // file held one.
+      if (std::isinf(double(widen(out[i]))) && !std::isinf(double(v)) && !options.allow_nonfinite)
+        fail(fmt::format("dataset /inputs/{} holds a {} value beyond {}'s range (first at element {}: {}), which "
+                         "--round-inputs rounds to an infinity; pass --allow-nonfinite to run on it",
+                         t.name, sizeof(Wide) == 8 ? "float64" : "float32", target,
+                         element_index_text(s0 * t.row_elems + int64_t(i), t, shape), double(v)));
     }
   }
 

@@ -37,7 +37,10 @@ struct TensorFile::Impl {
   // Opens a dataset stored in this file (docs/format.md: never through an external link or into another file) whose
   // element count fits int64_t.
   Handle open_dataset(const std::string& name) const {
-    if (!detail::link_exists(file.get(), name)) fail(fmt::format("missing dataset {}", name));
+    if (!detail::link_exists(file.get(), name)) {
+      if (auto why = detail::unusable_component(file.get(), name)) fail(*why);  // a component that is no group
+      fail(fmt::format("missing dataset {}", name));
+    }
     Handle ds;
     if (auto why = detail::open_stored_dataset(file.get(), name, ds)) fail(*why);
     return ds;
@@ -156,7 +159,7 @@ TensorInfo TensorFile::info(const std::string& dataset) const {
   const auto dtype = detail::dtype_of(kind);
   if (!dtype)
     impl_->fail(fmt::format("dataset {} is {}; expected bfloat16, float32 or float64", dataset,
-                            detail::stored_kind_name(kind)));
+                            detail::stored_type_name(ds.get())));
   TensorInfo t;
   t.dataset = dataset;
   t.dtype = *dtype;
@@ -197,7 +200,7 @@ void TensorFile::read_bf16(const std::string& dataset, int64_t first, int64_t co
     }
     default:
       impl_->fail(fmt::format("dataset {} is {}; expected bfloat16", dataset,
-                              detail::stored_kind_name(detail::classify(ds.get()))));
+                              detail::stored_type_name(ds.get())));
   }
 }
 
@@ -212,7 +215,7 @@ void TensorFile::read_f32(const std::string& dataset, int64_t first, int64_t cou
     for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_float(bits[size_t(i)]);
     return;
   }
-  impl_->fail(fmt::format("dataset {} is {}; expected float32", dataset, detail::stored_kind_name(kind)));
+  impl_->fail(fmt::format("dataset {} is {}; expected float32", dataset, detail::stored_type_name(ds.get())));
 }
 
 void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const {
@@ -227,7 +230,7 @@ void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t cou
     for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_float(bits[size_t(i)]);
     return;
   }
-  impl_->fail(fmt::format("dataset {} is {}; expected float64", dataset, detail::stored_kind_name(kind)));
+  impl_->fail(fmt::format("dataset {} is {}; expected float64", dataset, detail::stored_type_name(ds.get())));
 }
 
 bool same_token_layout(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {

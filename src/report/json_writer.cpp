@@ -4,11 +4,13 @@
 
 #include <stdexcept>
 
+#include "report/text_safety.hpp"
+
 namespace mhc::report {
 
 std::string JsonWriter::escape(std::string_view s) {
   std::string out = "\"";
-  for (const char ch : s) {
+  for (const char ch : valid_utf8(s)) {
     const auto u = static_cast<unsigned char>(ch);
     switch (ch) {
       case '"': out += "\\\""; break;

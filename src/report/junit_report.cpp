@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "report/report.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::report {
 
@@ -11,11 +12,12 @@ using compare::CompareReport;
 
 namespace {
 
-// XML 1.0 text and attribute escaping; control characters other than tab/newline are not allowed in XML 1.0
-// at all, so they become spaces.
+// XML 1.0 text and attribute escaping of UTF-8 text (valid_utf8: names may hold other bytes). Tab, newline and
+// carriage return are written as character references, which attribute values keep (written raw, a parser turns them
+// into spaces); other control characters are not allowed in XML 1.0 at all and become U+FFFD.
 std::string xml(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (char c : valid_utf8(s)) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
       case '&': out += "&amp;"; break;
@@ -23,7 +25,10 @@ std::string xml(const std::string& s) {
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
-      default: out += (u < 0x20 && c != '\t' && c != '\n') ? ' ' : c;
+      case '\t': out += "&#9;"; break;
+      case '\n': out += "&#10;"; break;
+      case '\r': out += "&#13;"; break;
+      default: out += u < 0x20 ? "\xEF\xBF\xBD" : std::string(1, c);
     }
   }
   return out;

@@ -2,8 +2,11 @@
 // details (histograms, truth, census) folded away in <details>.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "report/numbers.hpp"
 #include "report/report.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::report {
 
@@ -12,18 +15,39 @@ using compare::TensorReport;
 
 namespace {
 
-// Table cells must not break the table: escape the pipe, keep it on one line.
-std::string cell(std::string s) {
+// Text outside code spans: on one line (one_line), the pipe escaped so that a table cell stays one cell, and '<', '>',
+// '&' as entities so that a name cannot open or close HTML (the <details> block below). CommonMark decodes both
+// escapes, so the reader sees the original characters.
+std::string cell(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+  for (char c : one_line(s)) {
+    switch (c) {
+      case '|': out += "\\|"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      default: out += c;
+    }
   }
   return out;
 }
 
-std::string code(const std::string& s) { return fmt::format("`{}`", cell(s)); }
+// A code span of `s` on one line, fenced by one backtick more than its longest run of backticks (CommonMark), padded
+// with a space where s starts or ends with a backtick. In a table cell a pipe must still be escaped (GFM reads \| as
+// a pipe there, inside code spans too); elsewhere a backslash in a code span is literal, so nothing else is escaped.
+std::string code(const std::string& s, bool in_table = false) {
+  std::string body;
+  size_t run = 0, longest = 0;
+  for (char c : one_line(s)) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+    if (c == '|' && in_table) body += '\\';
+    body += c;
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = !body.empty() && (body.front() == '`' || body.back() == '`');
+  return fence + (pad ? " " : "") + body + (pad ? " " : "") + fence;
+}
 
 std::string with_index(const std::string& v, const TensorReport& t, int64_t flat) {
   return flat < 0 ? v : v + " at " + t.index(flat);
@@ -42,7 +66,7 @@ std::string render_markdown(const CompareReport& r) {
   for (const auto& t : r.tensors) {
     const auto& s = t.stats;
     const std::string ncr = t.candidate_truth ? count(t.candidate_truth->not_correctly_rounded) : "–";
-    o += fmt::format("| {} | {} | {} / {} ({}) | {} | {} | {} | {} | {} |\n", code(t.name),
+    o += fmt::format("| {} | {} | {} / {} ({}) | {} | {} | {} | {} | {} |\n", code(t.name, true),
                      metrics::format_name(t.format), count(s.mismatched), count(s.elements),
                      percent(s.mismatch_fraction()), cell(with_index(ulp(s.max_ulp), t, s.max_ulp_index)),
                      cell(with_index(metric(s.max_abs.index >= 0 ? s.max_abs.value : 0.0), t, s.max_abs.index)),

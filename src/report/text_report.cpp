@@ -11,6 +11,7 @@
 #include "io/files.hpp"
 #include "report/numbers.hpp"
 #include "report/report.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::report {
 
@@ -69,7 +70,7 @@ std::string census_line(const TensorReport& t, const metrics::CensusStats& c) {
 void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r) {
   const metrics::ComparisonStats& s = t.stats;
   const std::string shape = fmt::format("[{}]", fmt::join(t.dims, ","));
-  o += fmt::format("\n{}  {} {}  ({})  {}\n", t.name, metrics::format_name(t.format), shape,
+  o += fmt::format("\n{}  {} {}  ({})  {}\n", one_line(t.name), metrics::format_name(t.format), shape,
                    fmt::join(t.layout.axis_names, ","), t.passed() ? "pass" : "FAIL");
   if (s.mismatched == 0) {
     o += fmt::format("  Bitwise identical: 0 / {} elements differ\n", count(s.elements));
@@ -135,10 +136,10 @@ void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r)
 
 std::string render_text(const CompareReport& r) {
   std::string o = fmt::format("mhcdiff {}: {}\n", r.mode, verdict_line(r));
-  o += fmt::format("  candidate  {}\n  reference  {}\n", r.candidate, r.reference);
-  if (!r.inputs.empty()) o += fmt::format("  inputs     {}\n", r.inputs);
-  if (!r.truth.empty()) o += fmt::format("  truth      {}\n", r.truth);
-  for (const auto& n : r.notes) o += fmt::format("  note: {}\n", n);
+  o += fmt::format("  candidate  {}\n  reference  {}\n", one_line(r.candidate), one_line(r.reference));
+  if (!r.inputs.empty()) o += fmt::format("  inputs     {}\n", one_line(r.inputs));
+  if (!r.truth.empty()) o += fmt::format("  truth      {}\n", one_line(r.truth));
+  for (const auto& n : r.notes) o += fmt::format("  note: {}\n", one_line(n));
   for (const auto& t : r.tensors) tensor_block(o, t, r);
   o += "\n";
   if (r.passed()) {
@@ -147,7 +148,7 @@ std::string render_text(const CompareReport& r) {
     // The closing lines repeat every failed gate, so the end of a CI log says why on its own.
     for (const auto& t : r.tensors)
       for (const auto& g : t.gates)
-        if (!g.passed) o += fmt::format("FAIL {} {}: {}\n", t.name, g.gate, g.summary);
+        if (!g.passed) o += fmt::format("FAIL {} {}: {}\n", one_line(t.name), g.gate, g.summary);
     o += verdict_line(r) + "\n";
   }
   return o;
