@@ -138,16 +138,26 @@ TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
 
 TEST_F(CliIo, MissingInputFile) { expect_refused("run nope.h5 -o out.h5", {"nope.h5", "does not exist"}); }
 
-// A user's dump with its tensors at the top level is refused by every command, info included; the message says
-// what the file holds instead, so the user sees where the tensors went.
+// A user's dump with its tensors at the top level is refused by every command but info; the message says what the
+// file holds instead, so the user sees where the tensors went, and info lists it (dtypes and shapes included), after
+// a line saying why the other commands refuse it.
 TEST_F(CliIo, AFileThatIsNotMhcdiffSaysWhatItHolds) {
   {
     RawFile f(dir.file("dump.h5"), false);
     f.bf16("/x", {2, 8}, std::vector<uint16_t>(16, 0x3f80));
     f.bf16("/residual", {2, 1, 8}, std::vector<uint16_t>(16, 0x3f80));
   }
-  expect_refused("info dump.h5", {"dump.h5", "not an mhcdiff/1 file", "its top level holds /residual, /x"});
   expect_refused("run dump.h5 -o out.h5", {"dump.h5", "no /inputs group", "its top level holds /residual, /x"});
+  const CliResult info = run_cli(dir, "info dump.h5");
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("not an mhcdiff/1 file (no format attribute, no /inputs or /results group); its top level "
+                          "holds /residual, /x"),
+            std::string::npos)
+      << info.out;
+  EXPECT_NE(info.out.find("residual"), info.out.rfind("residual")) << "listed after the note:\n" << info.out;
+  EXPECT_NE(info.out.find("[2,1,8]"), std::string::npos) << info.out;
+  std::ofstream(dir.file("text.h5")) << "not HDF5 at all";
+  expect_refused("info text.h5", {"text.h5", "not an HDF5 file"});
 }
 
 // `-o=x.h5` reached the writer as the file name "=x.h5"; a compare side without a file name said ": no such file".

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <vector>
 
+#include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
 
@@ -125,12 +128,23 @@ void describe_group(Walk& w, const std::string& path, haddr_t address) {
 }  // namespace
 
 std::string describe_file(const std::string& path) {
-  TensorFile tf(path);  // validates: exists, HDF5, mhcdiff/1
-  Handle file = detail::open_file_read_only(path);
+  require_regular_file(path, "file", "an HDF5 file");  // before opening: a FIFO would block forever
+  Handle file = detail::open_file_read_only(path);      // refuses what is not HDF5, or truncated
+  // Any HDF5 file is described, so that a dump the other commands refuse shows what it holds and where; one that is
+  // not mhcdiff/1 says so first (TensorFile's reason, without its "path: ").
+  std::optional<TensorFile> tf;
+  std::string not_mhcdiff;
+  try {
+    tf.emplace(path);
+  } catch (const InputError& e) {
+    not_mhcdiff = e.what();
+    if (not_mhcdiff.rfind(path + ": ", 0) == 0) not_mhcdiff.erase(0, path.size() + 2);
+  }
   Walk w{file.get(), {}, {}};
   hsize_t size = 0;
   H5Fget_filesize(file.get(), &size);
   w.text += fmt::format("{} ({})\n", path, human_bytes(double(size)));
+  if (!tf) w.text += fmt::format("  {}; mhcdiff's other commands refuse it. What it holds:\n", not_mhcdiff);
   describe_attributes(w, file.get(), "  ");
   try {
     InputReader reader(path);
@@ -145,7 +159,7 @@ std::string describe_file(const std::string& path) {
       w.text += fmt::format("  inputs: not usable by `run` ({})\n", e.what());
   }
   try {
-    const auto pols = tf.policies();
+    const auto pols = tf ? tf->policies() : std::vector<std::string>{};
     if (!pols.empty()) w.text += fmt::format("  policies: {}\n", fmt::join(pols, ", "));
   } catch (const InputError&) {
     // A link under /results that leads nowhere: the walk below shows it.
