@@ -197,17 +197,66 @@ TEST_F(IoReview, AVirtualDatasetOverThisFileIsReadOnlyWhereItReachesDataStoredIn
   expect_refused("compare policy:hf policy:exact --inputs raw.h5", {"/inputs/post", "external file"});
   expect_refused("run part.h5 -o out.h5 --policies hf", {"/inputs/post", "only part of its shape"});
   expect_refused("run past.h5 -o out.h5 --policies hf", {"/inputs/post", "/p", "past that dataset's shape"});
-  expect_refused("run cycle.h5 -o out.h5 --policies hf", {"/inputs/post", "more than 8 virtual datasets"});
+  expect_refused("run cycle.h5 -o out.h5 --policies hf", {"/inputs/post", "leads back to itself", "a cycle"});
   const CliResult info = run_bounded(dir, "info raw.h5");
   EXPECT_EQ(info.exit_code, 0) << info.err;
   EXPECT_NE(info.out.find("not usable by `run`"), std::string::npos) << info.out;
 
-  // The whole of a present source: the same results as the plain file.
+  // A source of another type: HDF5 would convert float64 values to the virtual dataset's float32 while reading.
+  write_inputs(dir.file("typed.h5"), inputs);
+  {
+    const hid_t f = H5Fopen(dir.file("typed.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hsize_t dims[2] = {S, H};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    std::vector<double> wide(inputs.post.begin(), inputs.post.end());
+    const hid_t ds = H5Dcreate2(f, "/p", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data());
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  virtual_over(dir.file("typed.h5"), "/p", S, {S, H});
+  expect_refused("run typed.h5 -o out.h5 --policies hf", {"/inputs/post", "/p", "another type", "float64"});
+
+  // What h5py writes for VirtualSource(whole dataset): "all" selections (HDF5 1.10 hands the source's back with rank
+  // 0), here two of them stacked, each over half the tokens, and the second half through a virtual dataset of its own.
+  write_inputs(dir.file("stacked.h5"), inputs);
+  {
+    const hid_t f = H5Fopen(dir.file("stacked.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hsize_t half[2] = {S / 2, H};
+    create_f32(f, "/p0", {S / 2, H}, H5P_DEFAULT, inputs.post.data());
+    create_f32(f, "/p1", {S / 2, H}, H5P_DEFAULT, inputs.post.data() + S / 2 * H);
+    const hid_t half_space = H5Screate_simple(2, half, nullptr);
+    const hid_t inner = H5Pcreate(H5P_DATASET_CREATE);  // /q: a virtual dataset that is all of /p1
+    H5Pset_virtual(inner, half_space, ".", "/p1", half_space);
+    create_f32(f, "/q", {S / 2, H}, inner);
+    H5Pclose(inner);
+    H5Ldelete(f, "/inputs/post", H5P_DEFAULT);
+    const hsize_t dims[2] = {S, H}, start0[2] = {0, 0}, start1[2] = {S / 2, 0};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    const hid_t outer = H5Pcreate(H5P_DATASET_CREATE);
+    for (const auto& [start, source] : {std::pair{start0, "/p0"}, std::pair{start1, "/q"}}) {
+      H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, half, nullptr);
+      ASSERT_GE(H5Pset_virtual(outer, space, ".", source, half_space), 0);
+    }
+    create_f32(f, "/inputs/post", {S, H}, outer);
+    H5Pclose(outer);
+    H5Sclose(space);
+    H5Sclose(half_space);
+    H5Fclose(f);
+  }
+
+  // Whole present sources: the same results as the plain file.
   ASSERT_EQ(run_bounded(dir, "run good.h5 -o good-res.h5 --policies hf,exact").exit_code, 0);
-  const CliResult whole = run_bounded(dir, "run whole.h5 -o whole-res.h5 --policies hf,exact");
-  ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  EXPECT_EQ(run_bounded(dir, "compare whole-res.h5:hf good-res.h5:hf --max-mismatch 0").exit_code, 0);
-  EXPECT_EQ(run_bounded(dir, "compare whole-res.h5:exact good-res.h5:exact --max-mismatch 0").exit_code, 0);
+  for (const char* name : {"whole", "stacked"}) {
+    const CliResult r = run_bounded(dir, std::string("run ") + name + ".h5 -o " + name + "-res.h5 --policies hf,exact");
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    for (const char* policy : {"hf", "exact"}) {
+      const std::string args = std::string("compare ") + name + "-res.h5:" + policy + " good-res.h5:" + policy +
+                               " --max-mismatch 0";
+      EXPECT_EQ(run_bounded(dir, args).exit_code, 0) << args;
+    }
+  }
 }
 
 // A dataset of a type mhcdiff does not read is named by its type: "an unsupported type" told nothing of int32 or a
@@ -253,6 +302,8 @@ TEST_F(IoReview, ATypeThatIsNotReadIsNamed) {
   H5Tclose(biased);
 
   expect_refused("run i32.h5 -o out.h5", {"/inputs/x is int32; expected bfloat16"});
+  x_of_type("i32-named.h5", H5T_STD_I32LE, "bfloat16");  // the width is wrong, not the attribute
+  expect_refused("run i32-named.h5 -o out.h5", {"/inputs/x is int32; expected bfloat16"});
   expect_refused("run i16.h5 -o out.h5", {"/inputs/x is int16 without dtype=\"bfloat16\" attribute"});
   expect_refused("run named.h5 -o out.h5", {"/inputs/x is uint16 with dtype attribute \"BFloat16\""});
   expect_refused("run padded.h5 -o out.h5", {"uint16 with dtype attribute \"bfloat16  \""});
@@ -284,6 +335,13 @@ TEST_F(IoReview, APathThroughADatasetOrALinkCycleSaysSo) {
   expect_refused("run flat.h5 -o out.h5", {"flat.h5", "/inputs is a dataset, not a group"}, {"missing"});
   expect_refused("run self.h5 -o out.h5", {"/inputs/x is a link to /inputs/x", "cycle of soft links"});
   expect_refused("run chain.h5 -o out.h5", {"/inputs/x is a link to /a", "leads to no object"});
+  // Relative targets are resolved from the link's own group: x -> y -> x inside /inputs is a cycle, not "missing".
+  write_inputs(dir.file("relative.h5"), inputs);
+  replace_link(dir.file("relative.h5"), "/inputs/x", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_soft("y", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("x", f, "/inputs/y", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  expect_refused("run relative.h5 -o out.h5", {"/inputs/x is a link to y", "cycle of soft links"}, {"does not exist"});
   ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
   expect_refused("compare flat.h5:/inputs/x/out policy:hf --inputs good.h5", {"/inputs is a dataset, not a group"});
 }

@@ -50,7 +50,7 @@ void add_extract_command(CLI::App& app, CommandContext&) {
     for (const auto& t : s.written)
       out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token, report::ulp(t.max_ulp),
                          t.mismatched, s.source_shape.H * s.source_shape.D);
-    std::fputs(out.c_str(), stdout);
+    print_summary_of_written_file(out, args->output);
   });
 }
 

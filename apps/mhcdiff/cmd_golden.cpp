@@ -34,20 +34,23 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
   r->callback([regen, regen_read, &ctx] {
     regen->read = regen_read->options();
     const compare::GoldenRegenSummary s = compare::golden_regen(*regen);
-    fmt::print("wrote {}: reference {}, policies {}, S={} H={} D={}{}\n", regen->output, s.reference,
-               fmt::join(s.policies, ","), s.shape.S, s.shape.H, s.shape.D, s.backward ? ", with gradients" : "");
+    std::string out = fmt::format("wrote {}: reference {}, policies {}, S={} H={} D={}{}\n", regen->output,
+                                  s.reference, fmt::join(s.policies, ","), s.shape.S, s.shape.H, s.shape.D,
+                                  s.backward ? ", with gradients" : "");
     if (regen->repeat > 1)
-      fmt::print("repeated runs: {} elements differed between runs\n", report::count(s.repeat_mismatches));
-    fmt::print("recommended tolerances (the worst an accepted policy reached against {}):\n", s.reference);
+      out += fmt::format("repeated runs: {} elements differed between runs\n", report::count(s.repeat_mismatches));
+    out += fmt::format("recommended tolerances (the worst an accepted policy reached against {}):\n", s.reference);
     // A max ULP is an integer (or inf) and prints whole, as the limit golden check will apply.
     auto ulp_text = [](double u) {
       return std::isinf(u) ? report::ulp(metrics::kInfiniteUlp) : report::ulp(static_cast<uint64_t>(u));
     };
-    fmt::print("  {:<14} {:>10} {:>14} {:>12} {:>12}  {}\n", "tensor", "max ULP", "mismatch frac", "rel_l2", "norm_max", "set by");
+    out += fmt::format("  {:<14} {:>10} {:>14} {:>12} {:>12}  {}\n", "tensor", "max ULP", "mismatch frac", "rel_l2",
+                       "norm_max", "set by");
     for (const auto& t : s.tolerances)
-      fmt::print("  {:<14} {:>10} {:>14} {:>12} {:>12}  {}\n", t.tensor, ulp_text(t.max_ulp),
-                 report::metric(t.max_mismatch_frac), report::metric(t.rel_l2), report::metric(t.norm_max),
-                 t.worst_policy.empty() ? "bit-identical" : t.worst_policy);
+      out += fmt::format("  {:<14} {:>10} {:>14} {:>12} {:>12}  {}\n", t.tensor, ulp_text(t.max_ulp),
+                         report::metric(t.max_mismatch_frac), report::metric(t.rel_l2), report::metric(t.norm_max),
+                         t.worst_policy.empty() ? "bit-identical" : t.worst_policy);
+    print_summary_of_written_file(out, regen->output);
     ctx.exit_code = 0;
   });
 

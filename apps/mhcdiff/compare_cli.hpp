@@ -92,8 +92,8 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
       ->check(CLI::IsMember({"text", "json", "markdown", "md", "junit"}))
       ->capture_default_str();
   cmd->add_option("--report", o.report_path, "write the --format report to FILE; the text summary still goes to stdout")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("an empty file name") : std::string(); },
-                             "FILE"));  // "" used to mean no report file, silently
+      ->check(CLI::Validator(  // "" used to mean no report file, silently
+          [](std::string& v) { return v.empty() ? std::string("an empty file name") : std::string(); }, "FILE"));
   cmd->add_option("--top-k", o.top_k, "worst offenders listed per tensor")->check(CLI::Range(0, 10000))->capture_default_str();
   cmd->add_option("--policy-file", o.policy_files,
                   "a user policy (docs/policy-file.md) usable as policy:NAME and --relative-to NAME; repeatable");
@@ -203,13 +203,14 @@ inline int emit_report(const compare::CompareReport& rep, const CompareCliOption
                        const std::vector<io::SourceFile>& read) {
   const report::ReportFormat f = report::parse_report_format(o.format);
   if (!o.report_path.empty()) {
-    const std::string file = report::render(rep, f);
-    // The summary first: when standard output fails, the command fails (exit 2) with no report written.
-    fmt::print("{}", report::render_text(rep));
-    io::flush_stdout();
-    report::write_file_atomically(o.report_path, file, read);
+    // The summary goes out once the report is on disk and before it is committed: when either fails, the command
+    // fails (exit 2) with no report file, and stdout never shows a verdict of a command that then failed.
+    report::write_file_atomically(o.report_path, report::render(rep, f), read, [&] {
+      std::fputs(report::render_text(rep).c_str(), stdout);
+      io::flush_stdout();
+    });
   } else {
-    fmt::print("{}", report::render(rep, f));
+    std::fputs(report::render(rep, f).c_str(), stdout);
     io::flush_stdout();
   }
   return rep.exit_code();

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
@@ -69,9 +68,7 @@ int main(int argc, char** argv) {
     spdlog::error("not enough memory for this request (a smaller --shape, --slab-tokens or fewer policies at once)");
     return 2;
   } catch (const std::exception& e) {
-    // fmt::print throws once its buffer cannot be written: that is standard output failing, not mhcdiff.
-    if (std::ferror(stdout)) spdlog::error("could not write to standard output: {}", e.what());
-    else spdlog::error("internal error: {}", mhc::report::one_line(e.what()));
+    spdlog::error("internal error: {}", mhc::report::one_line(e.what()));
     return 2;
   }
   return ctx.exit_code;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 
 #include "io/files.hpp"
@@ -144,74 +145,121 @@ std::optional<bool> virtual_mappings_cover(hid_t dataset, hid_t dcpl, size_t map
   return n == total;
 }
 
-// Where mapping i of a virtual dataset in this same file ("." as its file name) goes wrong: its source dataset
-// missing, its source selection reaching past that dataset's extent (fill values there), or the source itself
-// stored outside the file (followed to `depth` levels: virtual datasets may map each other in a cycle).
-std::optional<std::string> same_file_source_problem(hid_t dataset, hid_t dcpl, size_t i, int depth) {
-  const ssize_t length = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
-  std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
-  H5Pget_virtual_dsetname(dcpl, i, name.data(), name.size());
-  const std::string source(name.data());
-  Handle file(H5Iget_file_id(dataset));
-  Handle ds(file.valid() ? H5Dopen2(file.get(), source.c_str(), local_dataset_access()) : H5I_INVALID_HID);
-  if (!ds.valid())
-    return fmt::format("a virtual dataset over {} of this file, which is not a dataset there (it would read as its "
-                       "fill value)",
-                       source);
-  Handle selected(H5Pget_virtual_srcspace(dcpl, i));
-  const std::vector<hsize_t> dims = dataset_dims(ds.get());
-  const int rank = selected.valid() ? H5Sget_simple_extent_ndims(selected.get()) : -1;
-  std::vector<hsize_t> start(size_t(std::max(rank, 0))), end(start.size());
-  const H5S_sel_type type = selected.valid() ? H5Sget_select_type(selected.get()) : H5S_SEL_ERROR;
-  // An "all" selection's bounds are its dataspace's extent, which need not be the source's.
-  const bool inside = rank == int(dims.size()) &&
-                      (type == H5S_SEL_NONE ||
-                       (H5Sget_select_bounds(selected.get(), start.data(), end.data()) >= 0 &&
-                        std::equal(end.begin(), end.end(), dims.begin(), [](hsize_t e, hsize_t d) { return e < d; })));
-  if (!inside)
-    return fmt::format("a virtual dataset over {} of this file, whose mapped part reaches past that dataset's shape "
-                       "(it would read as its fill value there)",
-                       source);
-  if (depth >= 8)
-    return fmt::format("a virtual dataset over {} of this file, through more than 8 virtual datasets (a cycle?)",
-                       source);
-  if (auto outside = stored_outside_file(ds.get(), depth + 1))
-    return fmt::format("a virtual dataset over {} of this file, which is {}", source, *outside);
-  return std::nullopt;
-}
+// The checks of the virtual datasets over this same file ("." as their file name) that one dataset leads to. Sources
+// found good are remembered: virtual datasets over virtual datasets were otherwise checked once per path to them,
+// exponential in their depth; the sources on the current path tell a cycle.
+class SameFileSources {
+ public:
+  explicit SameFileSources(hid_t dataset) : file_(H5Iget_file_id(dataset)) {
+    const ssize_t length = H5Iget_name(dataset, nullptr, 0);
+    std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
+    if (length > 0 && H5Iget_name(dataset, name.data(), name.size()) > 0) on_path_.insert(name.data());
+  }
+
+  // What keeps `dataset` from being data stored in this file, if anything (stored_outside_file's answer).
+  std::optional<std::string> problem(hid_t dataset, int depth) {
+    Handle dcpl(H5Dget_create_plist(dataset));
+    if (!dcpl.valid()) return std::nullopt;
+    if (H5Pget_external_count(dcpl.get()) > 0) {
+      std::vector<char> name(4096, '\0');
+      off_t offset = 0;
+      hsize_t size = 0;
+      H5Pget_external(dcpl.get(), 0, name.size() - 1, name.data(), &offset, &size);
+      return fmt::format("stored in the external file '{}', which mhcdiff does not read (it reads only data stored "
+                         "in the file itself; copy the data in)",
+                         name.data());
+    }
+    if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) return std::nullopt;
+    size_t mappings = 0;
+    H5Pget_virtual_count(dcpl.get(), &mappings);
+    for (size_t i = 0; i < mappings; ++i) {
+      const ssize_t length = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+      std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
+      H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
+      if (std::string(name.data()) != ".")  // "." is the file itself
+        return fmt::format("a virtual dataset over the file '{}', which mhcdiff does not read (it reads only data "
+                           "stored in the file itself; copy the data in)",
+                           name.data());
+      if (auto why = mapping_problem(dataset, dcpl.get(), i, depth)) return why;
+    }
+    const std::optional<bool> covered = virtual_mappings_cover(dataset, dcpl.get(), mappings);
+    if (!covered)
+      return "a virtual dataset whose mappings mhcdiff cannot check (it reads only data stored in the file)";
+    if (!*covered) return "a virtual dataset that maps only part of its shape (the rest would read as its fill value)";
+    return std::nullopt;
+  }
+
+ private:
+  // Mapping i of `dataset`: its source must be a dataset of this file, of the same type (HDF5 would convert values
+  // silently, past the refusal of inexact ones), selected within its shape, and itself data stored in this file.
+  std::optional<std::string> mapping_problem(hid_t dataset, hid_t dcpl, size_t i, int depth) {
+    const ssize_t length = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
+    std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
+    H5Pget_virtual_dsetname(dcpl, i, name.data(), name.size());
+    const std::string source(name.data());
+    const std::string over = fmt::format("a virtual dataset over {} of this file", source);
+    Handle ds(file_.valid() ? H5Dopen2(file_.get(), source.c_str(), local_dataset_access()) : H5I_INVALID_HID);
+    if (!ds.valid()) {
+      if (auto why = file_.valid() ? unusable_component(file_.get(), source) : std::nullopt)
+        return fmt::format("{}, where {}", over, *why);
+      return fmt::format("{}, which is not a dataset there (it would read as its fill value)", over);
+    }
+    Handle own_type(H5Dget_type(dataset)), source_type(H5Dget_type(ds.get()));
+    if (H5Tequal(own_type.get(), source_type.get()) <= 0)
+      return fmt::format("{} of another type ({}; the virtual dataset is {}), which HDF5 would convert while reading "
+                         "(mhcdiff reads values as they are stored)",
+                         over, stored_type_name(ds.get()), stored_type_name(dataset));
+    if (auto why = selection_problem(dcpl, i, ds.get())) return fmt::format("{}, {}", over, *why);
+    if (good_.count(source)) return std::nullopt;
+    if (on_path_.count(source) || depth >= kMaxDepth)
+      return fmt::format("{}, which leads back to itself through virtual datasets (a cycle)", over);
+    on_path_.insert(source);
+    std::optional<std::string> why = problem(ds.get(), depth + 1);
+    on_path_.erase(source);
+    if (why) return fmt::format("{}, which is {}", over, *why);
+    good_.insert(source);
+    return std::nullopt;
+  }
+
+  // Whether the source selection of mapping i lies within the source's shape. An "all" selection (h5py's
+  // VirtualSource of a whole dataset; HDF5 1.10 hands it back with rank 0) is the whole source, which must hold as many
+  // elements as the mapping's virtual part.
+  static std::optional<std::string> selection_problem(hid_t dcpl, size_t i, hid_t source) {
+    Handle selected(H5Pget_virtual_srcspace(dcpl, i)), mapped(H5Pget_virtual_vspace(dcpl, i));
+    if (!selected.valid() || !mapped.valid()) return "whose mapping mhcdiff cannot check";
+    const std::vector<hsize_t> dims = dataset_dims(source);
+    const hssize_t wanted = H5Sget_select_npoints(mapped.get());
+    switch (H5Sget_select_type(selected.get())) {
+      case H5S_SEL_NONE: return std::nullopt;
+      case H5S_SEL_ALL: {
+        Handle space(H5Dget_space(source));
+        const hssize_t has = H5Sget_simple_extent_npoints(space.get());
+        if (wanted >= 0 && has == wanted) return std::nullopt;
+        return fmt::format("mapped whole ({} elements) onto {} elements of the virtual dataset (the rest would read as "
+                           "its fill value)",
+                           has, wanted);
+      }
+      case H5S_SEL_HYPERSLABS: {
+        const int rank = H5Sget_simple_extent_ndims(selected.get());
+        std::vector<hsize_t> start(size_t(std::max(rank, 0))), end(start.size());
+        if (rank != int(dims.size()) || H5Sget_select_bounds(selected.get(), start.data(), end.data()) < 0)
+          return "whose mapping mhcdiff cannot check (an unlimited selection, or one of another rank)";
+        if (std::equal(end.begin(), end.end(), dims.begin(), [](hsize_t e, hsize_t d) { return e < d; }))
+          return std::nullopt;
+        return "whose mapped part reaches past that dataset's shape (it would read as its fill value there)";
+      }
+      default: return "whose mapping mhcdiff cannot check";
+    }
+  }
+
+  static constexpr int kMaxDepth = 64;  // a chain this deep is refused as if it were a cycle
+  Handle file_;
+  std::set<std::string> good_, on_path_;
+};
 
 }  // namespace
 
-std::optional<std::string> stored_outside_file(hid_t dataset, int depth) {
-  Handle dcpl(H5Dget_create_plist(dataset));
-  if (!dcpl.valid()) return std::nullopt;
-  if (H5Pget_external_count(dcpl.get()) > 0) {
-    std::vector<char> name(4096, '\0');
-    off_t offset = 0;
-    hsize_t size = 0;
-    H5Pget_external(dcpl.get(), 0, name.size() - 1, name.data(), &offset, &size);
-    return fmt::format("stored in the external file '{}', which mhcdiff does not read (it reads only data stored in "
-                       "the file itself; copy the data in)",
-                       name.data());
-  }
-  if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) return std::nullopt;
-  size_t mappings = 0;
-  H5Pget_virtual_count(dcpl.get(), &mappings);
-  for (size_t i = 0; i < mappings; ++i) {
-    const ssize_t length = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
-    std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
-    H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
-    if (std::string(name.data()) != ".")  // "." is the file itself
-      return fmt::format("a virtual dataset over the file '{}', which mhcdiff does not read (it reads only data "
-                         "stored in the file itself; copy the data in)",
-                         name.data());
-    if (auto problem = same_file_source_problem(dataset, dcpl.get(), i, depth)) return problem;
-  }
-  const std::optional<bool> covered = virtual_mappings_cover(dataset, dcpl.get(), mappings);
-  if (!covered) return "a virtual dataset whose mappings mhcdiff cannot check (it reads only data stored in the file)";
-  if (!*covered) return "a virtual dataset that maps only part of its shape (the rest would read as its fill value)";
-  return std::nullopt;
-}
+std::optional<std::string> stored_outside_file(hid_t dataset) { return SameFileSources(dataset).problem(dataset, 0); }
 
 namespace {
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
@@ -236,12 +284,18 @@ std::string unusable_link_description(hid_t group, const char* name, const H5L_i
   std::vector<char> target(link.type == H5L_TYPE_SOFT ? link.u.val_size + 1 : 1, '\0');
   H5Lget_val(group, name, target.data(), target.size(), local_links());
   if (!target[0]) return "a link to an object that cannot be opened";
+  // A relative target is resolved from the group holding the link, not from `group`.
+  const std::string link_path(name);
+  const size_t slash = link_path.rfind('/');
+  const std::string resolved = target[0] == '/' || slash == std::string::npos
+                                   ? std::string(target.data())
+                                   : link_path.substr(0, slash + 1) + target.data();
   // A soft link to an external link is as far out of the file as the external link.
-  if (auto external = external_link_target(group, target.data()))
+  if (auto external = external_link_target(group, resolved))
     return fmt::format("a link to {}, which is {}", target.data(), *external);
   // The target is a link itself that does not lead to an object: a cycle of soft links (one to itself included), or
   // a chain ending at a missing object.
-  if (H5Lexists(group, target.data(), local_links()) > 0)
+  if (H5Lexists(group, resolved.c_str(), local_links()) > 0)
     return fmt::format("a link to {}, which is a link that leads to no object (a cycle of soft links, or one to a "
                        "missing object)",
                        target.data());
@@ -538,7 +592,8 @@ std::string attribute_text(hid_t attr) {
   if (cls == H5T_STRING) {
     items = read_strings(attr, type.get(), n);
   } else if (cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE) {
-    // Read as unsigned: as long long, HDF5 clips 2^63 .. 2^64 − 1 to 2^63 − 1 (a uint64 limit became another number).
+    // Read as unsigned: as long long, HDF5 clips 2^63 .. 2^64 − 1 to 2^63 − 1 (a uint64 limit became another
+    // number).
     std::vector<unsigned long long> v(static_cast<size_t>(n));
     if (H5Aread(attr, H5T_NATIVE_ULLONG, v.data()) >= 0)
       for (unsigned long long x : v) items.push_back(fmt::format("{}", x));
@@ -606,9 +661,12 @@ std::string stored_type_name(hid_t dataset) {
     if (!type.valid()) return stored_kind_name(kind);
     const size_t bits = 8 * H5Tget_size(type.get());
     switch (H5Tget_class(type.get())) {
-      case H5T_INTEGER:
-        return fmt::format("{}int{}{}", H5Tget_sign(type.get()) == H5T_SGN_NONE ? "u" : "", bits,
-                           attr.empty() && bits == 16 ? " without dtype=\"bfloat16\" attribute" : attr);
+      case H5T_INTEGER: {
+        // A 16-bit integer lacks the attribute or has another value; a wider one has the wrong width whatever it says.
+        const std::string name = fmt::format("{}int{}", H5Tget_sign(type.get()) == H5T_SGN_NONE ? "u" : "", bits);
+        if (bits != 16) return name;
+        return name + (attr.empty() ? " without dtype=\"bfloat16\" attribute" : attr);
+      }
       case H5T_FLOAT: return fmt::format("a {}-bit float of neither binary32's nor binary64's layout", bits);
       case H5T_STRING: return "a string type";
       case H5T_COMPOUND: return "a compound type";

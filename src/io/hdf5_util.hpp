@@ -72,10 +72,10 @@ Handle open_file_read_only(const std::string& path);
 // can open the file such a link names; H5Lget_val still reads the link's target.
 std::optional<std::string> external_link_target(hid_t location, const std::string& path);
 // External raw storage (H5Pset_external), or a virtual dataset with a source in another file; for a virtual dataset
-// over this same file, a source that is missing, mapped past its shape, or itself stored outside (followed through
-// up to 8 virtual datasets), and mappings that leave part of the shape unmapped: each would read as fill values or
-// from elsewhere. `depth`: how many virtual datasets led here.
-std::optional<std::string> stored_outside_file(hid_t dataset, int depth = 0);
+// over this same file, a source that is missing, of another type (HDF5 converts), mapped past its shape or only in
+// part, or itself stored outside (followed through nested virtual datasets; a cycle is refused): each would read as
+// fill values, converted values or data from elsewhere.
+std::optional<std::string> stored_outside_file(hid_t dataset);
 
 // What a link of `group` that HDF5 cannot open is (the end of a sentence): "an external link to …" or "a link to
 // /gone, which does not exist".

@@ -10,6 +10,7 @@
 #include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::io {
 
@@ -67,12 +68,14 @@ void describe_dataset(Walk& w, const std::string& path, const std::string& name)
     }
   }
   if (auto outside = detail::stored_outside_file(ds.get())) storage += fmt::format(", {}", *outside);
-  w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", name, detail::stored_type_name(ds.get()), detail::dims_text(dims),
-                        storage);
+  w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", report::one_line(name),
+                        report::one_line(detail::stored_type_name(ds.get())), detail::dims_text(dims), storage);
 }
 
 void describe_attributes(Walk& w, hid_t object, const char* indent) {
-  for (const auto& [k, v] : detail::attributes_as_text(object)) w.text += fmt::format("{}@{} = {}\n", indent, k, v);
+  // Names and values as one line each: a newline in either would start a line that is not one of the listing's.
+  for (const auto& [k, v] : detail::attributes_as_text(object))
+    w.text += fmt::format("{}@{} = {}\n", indent, report::one_line(k), report::one_line(v));
 }
 
 void describe_group(Walk& w, const std::string& path, haddr_t address);
@@ -106,11 +109,12 @@ void describe_group(Walk& w, const std::string& path, haddr_t address) {
   H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, sort_child, &c);
   const bool has_attributes = !detail::attributes_as_text(g.get()).empty();
   if (path != "/" && (has_attributes || !c.datasets.empty() || !c.unfollowed.empty())) {
-    w.text += fmt::format("\n{}\n", path);
+    w.text += fmt::format("\n{}\n", report::one_line(path));
     describe_attributes(w, g.get(), "  ");
   }
   for (const std::string& d : c.datasets) describe_dataset(w, (path == "/" ? "" : path) + "/" + d, d);
-  for (const auto& [name, what] : c.unfollowed) w.text += fmt::format("  {:<20} {}\n", name, what);
+  for (const auto& [name, what] : c.unfollowed)
+    w.text += fmt::format("  {:<20} {}\n", report::one_line(name), report::one_line(what));
   // /inputs first, then /results and its policies, then anything else (name order).
   std::stable_sort(c.groups.begin(), c.groups.end(), [&](const auto& a, const auto& b) {
     auto rank = [](const std::string& n) { return n == "inputs" ? 0 : n == "results" ? 1 : 2; };
@@ -119,7 +123,8 @@ void describe_group(Walk& w, const std::string& path, haddr_t address) {
   for (const auto& [sub, sub_address] : c.groups) {
     const std::string sub_path = (path == "/" ? "" : path) + "/" + sub;
     if (auto seen = w.groups_seen.find(sub_address); seen != w.groups_seen.end())
-      w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n", sub_path, seen->second);
+      w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n", report::one_line(sub_path),
+                            report::one_line(seen->second));
     else
       describe_group(w, sub_path, sub_address);
   }
@@ -143,8 +148,9 @@ std::string describe_file(const std::string& path) {
   Walk w{file.get(), {}, {}};
   hsize_t size = 0;
   H5Fget_filesize(file.get(), &size);
-  w.text += fmt::format("{} ({})\n", path, human_bytes(double(size)));
-  if (!tf) w.text += fmt::format("  {}; mhcdiff's other commands refuse it. What it holds:\n", not_mhcdiff);
+  w.text += fmt::format("{} ({})\n", report::one_line(path), human_bytes(double(size)));
+  if (!tf)
+    w.text += fmt::format("  {}; mhcdiff's other commands refuse it. What it holds:\n", report::one_line(not_mhcdiff));
   describe_attributes(w, file.get(), "  ");
   try {
     InputReader reader(path);
@@ -156,7 +162,7 @@ std::string describe_file(const std::string& path) {
                           reader.has_grad() ? "present" : "absent", reader.comb_layout_text());
   } catch (const InputError& e) {
     if (detail::link_exists(file.get(), "/inputs"))
-      w.text += fmt::format("  inputs: not usable by `run` ({})\n", e.what());
+      w.text += fmt::format("  inputs: not usable by `run` ({})\n", report::one_line(e.what()));
   }
   try {
     const auto pols = tf ? tf->policies() : std::vector<std::string>{};

@@ -14,10 +14,14 @@ namespace {
 
 // XML 1.0 text and attribute escaping of UTF-8 text (valid_utf8: names may hold other bytes). Tab, newline and
 // carriage return are written as character references, which attribute values keep (written raw, a parser turns them
-// into spaces); other control characters are not allowed in XML 1.0 at all and become U+FFFD.
+// into spaces); other control characters, and U+FFFE and U+FFFF, are not allowed in XML 1.0 at all and become U+FFFD.
 std::string xml(const std::string& s) {
+  std::string text = valid_utf8(s);
+  for (const char* noncharacter : {"\xEF\xBF\xBE", "\xEF\xBF\xBF"})
+    for (size_t at = text.find(noncharacter); at != std::string::npos; at = text.find(noncharacter, at + 3))
+      text.replace(at, 3, "\xEF\xBF\xBD");
   std::string out;
-  for (char c : valid_utf8(s)) {
+  for (char c : text) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
       case '&': out += "&amp;"; break;

@@ -76,7 +76,8 @@ std::string render_markdown(const CompareReport& r) {
     o += "\n**Failed gates**\n\n";
     for (const auto& t : r.tensors)
       for (const auto& g : t.gates)
-        if (!g.passed) o += fmt::format("- {} {}: {} ({})\n", code(t.name), code(g.gate), cell(g.summary), g.origin);
+        if (!g.passed)
+          o += fmt::format("- {} {}: {} ({})\n", code(t.name), code(g.gate), cell(g.summary), cell(g.origin));
   }
   o += "\n<details><summary>Details: gates, ULP histograms, truth, census</summary>\n\n";
   for (const auto& t : r.tensors) {

@@ -3,6 +3,7 @@
 // "mhcdiff.compare/1", docs/report-schema.md), Markdown (paste-able in a PR review) and JUnit XML (one test
 // case per tensor × gate, for CI dashboards). All render the same CompareReport, so none can contradict the
 // exit code.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,10 @@ std::string verdict_line(const compare::CompareReport& report);
 // artefact is never half-written. Throws InputError for a path AtomicOutput refuses (a directory, a device node, a
 // missing or unwritable directory, one of `sources`: the files the comparison read) and IoError when the write
 // fails (disk full).
+// `before_commit` runs once the content is on disk and before it replaces `path`: what it throws leaves nothing
+// written (compare prints its summary there, so that a standard output that fails keeps the report file out too).
 void write_file_atomically(const std::string& path, const std::string& content,
-                           const std::vector<io::SourceFile>& sources = {});
+                           const std::vector<io::SourceFile>& sources = {},
+                           const std::function<void()>& before_commit = {});
 
 }  // namespace mhc::report

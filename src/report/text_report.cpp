@@ -128,7 +128,8 @@ void tensor_block(std::string& o, const TensorReport& t, const CompareReport& r)
   } else {
     o += "  Gates:\n";
     for (const auto& g : t.gates)
-      o += fmt::format("    {} {:<18} {}  [{}]\n", g.passed ? "pass" : "FAIL", g.gate, g.summary, g.origin);
+      o += fmt::format("    {} {:<18} {}  [{}]\n", g.passed ? "pass" : "FAIL", g.gate, one_line(g.summary),
+                       one_line(g.origin));
   }
 }
 
@@ -148,14 +149,14 @@ std::string render_text(const CompareReport& r) {
     // The closing lines repeat every failed gate, so the end of a CI log says why on its own.
     for (const auto& t : r.tensors)
       for (const auto& g : t.gates)
-        if (!g.passed) o += fmt::format("FAIL {} {}: {}\n", one_line(t.name), g.gate, g.summary);
+        if (!g.passed) o += fmt::format("FAIL {} {}: {}\n", one_line(t.name), g.gate, one_line(g.summary));
     o += verdict_line(r) + "\n";
   }
   return o;
 }
 
 void write_file_atomically(const std::string& path, const std::string& content,
-                           const std::vector<io::SourceFile>& sources) {
+                           const std::vector<io::SourceFile>& sources, const std::function<void()>& before_commit) {
   // The same path rules and temp-file-and-rename as every HDF5 output (io::AtomicOutput): a directory, a device
   // node or a FIFO is refused, a symlink is written through to its target.
   io::AtomicOutput out(path, "report", sources);
@@ -172,6 +173,7 @@ void write_file_atomically(const std::string& path, const std::string& content,
     done += size_t(n);
   }
   if (close(fd) != 0) throw IoError(out.failure(io::system_reason(errno)));
+  if (before_commit) before_commit();
   out.commit();
 }
 

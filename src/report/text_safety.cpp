@@ -26,15 +26,26 @@ std::string valid_utf8(std::string_view s) {
 }
 
 std::string one_line(std::string_view s) {
+  const std::string text = valid_utf8(s);
   std::string out;
-  for (const char c : valid_utf8(s)) {
-    switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-        else out += c;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u == '\n') {
+      out += "\\n";
+    } else if (u == '\r') {
+      out += "\\r";
+    } else if (u == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+    } else if (text.compare(i, 2, "\xC2\x85") == 0) {  // NEL: a line break to some terminals and editors
+      out += "\\u0085";
+      i += 1;
+    } else if (text.compare(i, 3, "\xE2\x80\xA8") == 0 || text.compare(i, 3, "\xE2\x80\xA9") == 0) {
+      out += text[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";  // line and paragraph separators
+      i += 2;
+    } else {
+      out += text[i];
     }
   }
   return out;

@@ -12,8 +12,8 @@ namespace mhc::report {
 // can be written into UTF-8 formats; valid text is returned unchanged.
 std::string valid_utf8(std::string_view s);
 
-// valid_utf8(s) with each control character (U+0000..U+001F, U+007F) written as an escape (\n, \t, \r, \xNN), so that
-// a name stays on its line of a text report or message.
+// valid_utf8(s) with each control character (U+0000..U+001F, U+007F) written as an escape (\n, \t, \r, \xNN), and the
+// line breaks U+0085, U+2028 and U+2029 as \uNNNN, so that a name stays on its line of a text report or message.
 std::string one_line(std::string_view s);
 
 }  // namespace mhc::report
