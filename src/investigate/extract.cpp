@@ -89,8 +89,21 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   ExtractSummary summary;
   summary.source_shape = shape;
 
-  // Score every token, a slab at a time.
+  // Score every token, a slab at a time, keeping the `worst` worst: a buffer trimmed to them whenever it doubles
+  // (a score per mismatched token grew with S). Worst first: largest ULP distance, then most mismatches, then the
+  // earlier token.
+  auto worse = [](const TokenScore& a, const TokenScore& b) {
+    if (a.max_ulp != b.max_ulp) return a.max_ulp > b.max_ulp;
+    if (a.mismatched != b.mismatched) return a.mismatched > b.mismatched;
+    return a.token < b.token;
+  };
+  const size_t keep = size_t(std::min<int64_t>(options.worst, shape.S));
   std::vector<TokenScore> scores;
+  auto trim = [&] {
+    if (scores.size() <= keep) return;
+    std::nth_element(scores.begin(), scores.begin() + ptrdiff_t(keep), scores.end(), worse);
+    scores.resize(keep);
+  };
   const int64_t per_token = int64_t(shape.H) * shape.D;
   const int64_t step = slab_tokens(shape);
   for (int64_t s0 = 0; s0 < shape.S; s0 += step) {
@@ -107,45 +120,23 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
       }
       if (t.mismatched > 0) scores.push_back(t);
     }
+    if (scores.size() >= 2 * keep + 4096) trim();
   }
-  std::stable_sort(scores.begin(), scores.end(), [](const TokenScore& a, const TokenScore& b) {
-    if (a.max_ulp != b.max_ulp) return a.max_ulp > b.max_ulp;
-    return a.mismatched > b.mismatched;
-  });
-  if (scores.size() > size_t(options.worst)) scores.resize(size_t(options.worst));
+  trim();
+  std::sort(scores.begin(), scores.end(), worse);
   summary.written = scores;
   if (scores.empty()) return summary;
 
-  // The repro: the chosen tokens in their original order.
+  // The repro: the chosen tokens in their original order, written a slab of tokens at a time (built whole in memory
+  // it took ~270 KB per token at D = 4096: 23 GB at 85 000 tokens). First its inputs' checksum (every result group's
+  // provenance carries it, so it is needed before the first one is declared) and census.
   std::vector<int64_t> tokens;
   for (const TokenScore& t : scores) tokens.push_back(t.token);
   std::sort(tokens.begin(), tokens.end());
-  Inputs repro;
-  repro.shape = {int64_t(tokens.size()), shape.H, shape.D};
-  PolicyResult cand_out, ref_out;
-  const FileSideRecord cand_record = file_side_record(candidate), ref_record = file_side_record(reference);
+  const Shape repro_shape{int64_t(tokens.size()), shape.H, shape.D};
+  io::InputChecksum checksum;  // of the repro's own inputs, which its result groups were computed from
   io::InputCensus census;
-  for (int64_t s : tokens) {
-    const Inputs one = reader.read_slab(s, 1, &census);
-    append_token(repro, one);
-    for (auto [src, result, record] : {std::tuple{&candidate, &cand_out, &cand_record},
-                                       std::tuple{&reference, &ref_out, &ref_record}}) {
-      if (src->is_policy && stores_f64(src->policy.desc)) {
-        // fp64/exact result groups carry their binary64 copy too, as `run` writes them.
-        const PolicyResult r = run_policy_cpu(src->policy.desc, one.view(), false, {.threads = options.threads});
-        result->out.insert(result->out.end(), r.out.begin(), r.out.end());
-        result->out_f64.insert(result->out_f64.end(), r.out_f64.begin(), r.out_f64.end());
-      } else {
-        const auto o = read_out_slab(*src, one, s, options.threads);
-        result->out.insert(result->out.end(), o.begin(), o.end());
-        if (!record->out_f64.empty()) {
-          std::vector<double> twin(o.size());
-          io::TensorFile(src->path).read_f64(record->out_f64, s * per_token, per_token, twin.data());
-          result->out_f64.insert(result->out_f64.end(), twin.begin(), twin.end());
-        }
-      }
-    }
-  }
+  for (int64_t s : tokens) checksum.update(reader.read_slab(s, 1, &census));
 
   summary.candidate_group = group_name(candidate, "candidate");
   summary.reference_group = group_name(reference, "reference");
@@ -153,20 +144,16 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
     summary.candidate_group += "-candidate";
     summary.reference_group += "-reference";
   }
+  const FileSideRecord cand_record = file_side_record(candidate), ref_record = file_side_record(reference);
   io::ResultWriter writer(output, sources);
-  writer.declare_inputs(repro.shape, repro.has_grad());
-  writer.append_inputs(0, repro);
-  io::InputChecksum checksum;  // of the repro's own inputs, which its result groups were computed from
-  checksum.update(repro);
+  writer.declare_inputs(repro_shape, reader.has_grad());
   writer.describe_inputs(inputs_path, checksum.hex(), census);
   writer.describe_comb_layout(reader.comb_layout_text());
-  auto write_side = [&](const OutSource& src, const std::string& group, const PolicyResult& result,
-                        const FileSideRecord& record) {
+  auto declare_side = [&](const OutSource& src, const std::string& group, const FileSideRecord& record) {
     Policy p = src.is_policy ? src.policy : Policy{};
     p.name = group;
     if (src.is_policy) {
-      writer.declare_policy(p, repro.shape, false, io::make_provenance(p, "cpu", checksum.hex()));
-      writer.append_result(group, 0, result);
+      writer.declare_policy(p, repro_shape, false, io::make_provenance(p, "cpu", checksum.hex()));
       return;
     }
     // Values read from a file keep the provenance they were stored with (the device that computed them, the
@@ -186,12 +173,43 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
       if (key == "host") prov.host = value;
       if (key == "utc_time") prov.utc_time = value;
     }
-    writer.declare_policy(p, repro.shape, false, prov);
-    writer.append_result(group, 0, result);
+    writer.declare_policy(p, repro_shape, false, prov);
     writer.set_attribute("/results/" + group, "source", source);
   };
-  write_side(candidate, summary.candidate_group, cand_out, cand_record);
-  write_side(reference, summary.reference_group, ref_out, ref_record);
+  declare_side(candidate, summary.candidate_group, cand_record);
+  declare_side(reference, summary.reference_group, ref_record);
+
+  for (size_t first = 0; first < tokens.size(); first += size_t(step)) {
+    const size_t last = std::min(tokens.size(), first + size_t(step));
+    Inputs slab;
+    slab.shape = {int64_t(last - first), shape.H, shape.D};
+    PolicyResult cand_out, ref_out;
+    for (size_t k = first; k < last; ++k) {
+      const int64_t s = tokens[k];
+      const Inputs one = reader.read_slab(s, 1);
+      append_token(slab, one);
+      for (auto [src, result, record] : {std::tuple{&candidate, &cand_out, &cand_record},
+                                         std::tuple{&reference, &ref_out, &ref_record}}) {
+        if (src->is_policy && stores_f64(src->policy.desc)) {
+          // fp64/exact result groups carry their binary64 copy too, as `run` writes them.
+          const PolicyResult r = run_policy_cpu(src->policy.desc, one.view(), false, {.threads = options.threads});
+          result->out.insert(result->out.end(), r.out.begin(), r.out.end());
+          result->out_f64.insert(result->out_f64.end(), r.out_f64.begin(), r.out_f64.end());
+        } else {
+          const auto o = read_out_slab(*src, one, s, options.threads);
+          result->out.insert(result->out.end(), o.begin(), o.end());
+          if (!record->out_f64.empty()) {
+            std::vector<double> twin(o.size());
+            io::TensorFile(src->path).read_f64(record->out_f64, s * per_token, per_token, twin.data());
+            result->out_f64.insert(result->out_f64.end(), twin.begin(), twin.end());
+          }
+        }
+      }
+    }
+    writer.append_inputs(int64_t(first), slab);
+    writer.append_result(summary.candidate_group, int64_t(first), cand_out);
+    writer.append_result(summary.reference_group, int64_t(first), ref_out);
+  }
   std::string list;
   for (int64_t s : tokens) { list += list.empty() ? "" : ","; list += std::to_string(s); }
   writer.set_attribute("/", "source_inputs", inputs_path);

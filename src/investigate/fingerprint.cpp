@@ -53,8 +53,6 @@ struct StageSpec {
 void run_stage(const Shape& shape, const SlabSource& source, const std::vector<Variant>& variants, const StageSpec& spec,
                int threads, std::vector<MismatchStats>& stats, int64_t& fallbacks, int64_t& tokens_seen) {
   stats.assign(variants.size(), MismatchStats{});
-  if (spec.per_token)
-    for (MismatchStats& st : stats) st.by_token.assign(size_t(shape.S), 0);
   fallbacks = 0;
   tokens_seen = 0;
   const int H = shape.H;
@@ -89,8 +87,7 @@ void run_stage(const Shape& shape, const SlabSource& source, const std::vector<V
             }
           st.elements += H * D;
           st.mismatched += token_mismatches;
-          // Each token belongs to one thread, so this slot is written by one thread only.
-          if (spec.per_token) stats[v].by_token[size_t(s0 + s)] = int32_t(token_mismatches);
+          if (spec.per_token) st.by_token.add(s0 + s, token_mismatches);
         }
       }
 #pragma omp critical(fingerprint_merge)
@@ -100,16 +97,6 @@ void run_stage(const Shape& shape, const SlabSource& source, const std::vector<V
       }
     }
   });
-}
-
-// Tokens sorted by mismatches (most first), up to `n`.
-std::vector<std::pair<int64_t, int64_t>> worst_tokens(const std::vector<int32_t>& by_token, size_t n) {
-  std::vector<std::pair<int64_t, int64_t>> all;
-  for (size_t s = 0; s < by_token.size(); ++s)
-    if (by_token[s] > 0) all.emplace_back(int64_t(s), by_token[s]);
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (all.size() > n) all.resize(n);
-  return all;
 }
 
 std::vector<int64_t> fold_lanes(const MismatchStats& st, int period) {
@@ -130,8 +117,8 @@ PatternBreakdown breakdown(const RankedVariant& rv, int H) {
   b.mismatched = rv.stats.mismatched;
   for (int period : {2, 4, 8, 16}) b.by_d_mod.emplace_back(period, fold_lanes(rv.stats, period));
   b.by_stream.assign(rv.stats.by_stream.begin(), rv.stats.by_stream.begin() + H);
-  for (int32_t n : rv.stats.by_token) b.tokens_with_mismatches += n > 0;
-  b.worst_tokens = worst_tokens(rv.stats.by_token, 5);
+  b.tokens_with_mismatches = rv.stats.by_token.tokens_with_mismatches;
+  b.worst_tokens = rv.stats.by_token.worst;
   return b;
 }
 
@@ -170,7 +157,41 @@ std::vector<Mixture> best_mixtures(const std::vector<RankedVariant>& verified, i
 
 }  // namespace
 
+namespace {
+
+// The worst tokens' order: most mismatches first, then the lower token.
+bool worse_token(const std::pair<int64_t, int64_t>& a, const std::pair<int64_t, int64_t>& b) {
+  return a.second != b.second ? a.second > b.second : a.first < b.first;
+}
+
+}  // namespace
+
+void TokenSummary::add(int64_t token, int64_t mismatches) {
+  if (mismatches <= 0) return;
+  ++tokens_with_mismatches;
+  // splitmix64's finaliser over the pair: a sum of such mixes is order-free and collides only by chance.
+  uint64_t z = uint64_t(token) * 0x9e3779b97f4a7c15ull ^ uint64_t(mismatches) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  digest += z ^ (z >> 31);
+  const std::pair<int64_t, int64_t> entry{token, mismatches};
+  if (worst.size() == kWorst && !worse_token(entry, worst.back())) return;
+  worst.insert(std::upper_bound(worst.begin(), worst.end(), entry, worse_token), entry);
+  if (worst.size() > kWorst) worst.pop_back();
+}
+
+void TokenSummary::merge(const TokenSummary& o) {
+  tokens_with_mismatches += o.tokens_with_mismatches;
+  digest += o.digest;
+  std::vector<std::pair<int64_t, int64_t>> all = worst;
+  all.insert(all.end(), o.worst.begin(), o.worst.end());
+  std::sort(all.begin(), all.end(), worse_token);
+  if (all.size() > kWorst) all.resize(kWorst);
+  worst = std::move(all);
+}
+
 void MismatchStats::merge(const MismatchStats& o) {
+  by_token.merge(o.by_token);
   elements += o.elements;
   mismatched += o.mismatched;
   for (size_t i = 0; i < by_lane.size(); ++i) by_lane[i] += o.by_lane[i];

@@ -300,9 +300,17 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false>
+// kHalves (the experiment MHCDIFF_CUDA_BACKWARD=halves; exact, compact, one warp per token otherwise): two warps of a
+// block share a token, the first taking each lane's first half of its steps and the second the rest; the second
+// warp's dot-product partials are merged into the first's lane by lane before the first settles them. That merge is
+// one more rounding for every term, which dot_filter_depth still covers where the lanes' chains are at least halved
+// (two steps or more: the launch asks D >= 512). The exact results do not depend on the split (every output is the correctly rounded sum, certified
+// or finished as before); the tokens' work comes in half-size pieces, so the last partial wave of warps is half as
+// long.
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kHalves = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
+  static_assert(!kHalves || (M == Mode::exact && kCompact && G == 1), "halves: the compact exact kernel only");
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
@@ -329,25 +337,32 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
   uint4* const ring = ring_memory + warp * kStages * kRows * kReduceLanes + lane;
   const int64_t D = in.shape.D;
   const int64_t chunks = D / kChunk;
-  const int64_t steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
-  const int64_t tokens_per_pass = int64_t(gridDim.x) * (kWarps / G);
-  for (int64_t s = int64_t(blockIdx.x) * (kWarps / G) + warp / G; s < in.shape.S; s += tokens_per_pass) {
+  const int64_t lane_steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
+  // kHalves: this warp's half of the token (0: steps [0, first_half), 1: the rest) and its partner's named barrier.
+  constexpr int kTokenShare = kHalves ? 2 : G;
+  const int half = kHalves ? warp % 2 : 0;
+  const int64_t first_half = (lane_steps + 1) / 2;
+  const int64_t step_begin = half == 1 ? first_half : 0;
+  const int64_t steps = kHalves ? (half == 0 ? first_half : lane_steps) : lane_steps;  // end of this warp's steps
+  const int64_t tokens_per_pass = int64_t(gridDim.x) * (kWarps / kTokenShare);
+  for (int64_t s = int64_t(blockIdx.x) * (kWarps / kTokenShare) + warp / kTokenShare; s < in.shape.S;
+       s += tokens_per_pass) {
     // rows[r < R]: stream row row0 + r; rows[R + ho]: grad_out[ho].
     const bf16_bits* rows[kRows];
     rows[0] = row0 == 0 ? in.x + s * D : in.residual + (s * H + row0 - 1) * D;
 #pragma unroll
     for (int i = 1; i < kRows; ++i)
       rows[i] = i < R ? in.residual + (s * H + row0 + i - 1) * D : in.grad_out + (s * H + i - R) * D;
-    // Step i covers chunk j = lane + 32·i, in ring stage i mod kStages.
+    // Step i covers chunk j = lane + 32·i, in ring stage (i - step_begin) mod kStages.
     auto fetch = [&](int64_t i) {
-      uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
+      uint4* slot = ring + ((i - step_begin) % kStages) * kRows * kReduceLanes;
       const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) copy16_async(slot + r * kReduceLanes, rows[r] + d0);
     };
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) {
-      if (i < steps) fetch(i);
+      if (step_begin + i < steps) fetch(step_begin + i);
       commit_copies();
     }
 
@@ -392,11 +407,11 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
     }
 
-    for (int64_t i = 0; i < steps; ++i) {
+    for (int64_t i = step_begin; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
       commit_copies();
       wait_copies<kStages - 1>();  // step i's group has landed
-      const uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
+      const uint4* slot = ring + ((i - step_begin) % kStages) * kRows * kReduceLanes;
       const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
       Chunk gc[H];
 #pragma unroll
@@ -472,7 +487,24 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         if constexpr (kLaneBound)
           acc[r][ho].bound = ExactDotFilter::lane_bound(float_from_bits(max_pair_word(lane_pairs[ho])), value_sum[r]);
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
-        scratch.put(lane, i, acc[r][ho]);
+        if (!kHalves || half == 1) scratch.put(lane, i, acc[r][ho]);
+      }
+      if constexpr (kHalves) {
+        // The second warp's partials, in its own ring, reach the first warp through the pair's named barrier; the
+        // second waits at the barrier again until they are read, before its ring takes the next token's copies.
+        const unsigned barrier = 1 + warp / 2;
+        named_barrier_sync(barrier, 64);
+        if (half == 0) {
+          const DotScratch<R * H> partner(ring_memory + (warp + 1) * kStages * kRows * kReduceLanes);
+#pragma unroll
+          for (int i = 0; i < R * H; ++i) {
+            acc[i / H][i % H].merge(partner.sums[lane * DotScratch<R * H>::kStride + i],
+                                    partner.bounds[lane * DotScratch<R * H>::kStride + i]);
+            scratch.put(lane, i, acc[i / H][i % H]);
+          }
+        }
+        named_barrier_sync(barrier, 64);
+        if (half == 1) continue;
       }
       settle_dots_exact<H, R * H>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
     } else {
@@ -661,12 +693,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kHalves = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
-  constexpr int kTokensPerBlock = backward_block_warps(G) / G;
+  constexpr int kTokensPerBlock = backward_block_warps(G) / (kHalves ? 2 : G);
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kHalves>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -690,8 +722,11 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    if (in.shape.S >= compact_backward_min_tokens())  // a full wave of its blocks
+    if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
+      if (backward_halves_requested() && in.shape.D >= 512)  // two steps per lane at least: kHalves' depth bound
+        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
+    }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
@@ -767,6 +802,11 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       else launch_backward_generic<Mode::exact, true>(pd, in, out, fb, stream);
       break;
   }
+}
+
+bool backward_halves_requested() {
+  enum class Variant { off, halves };
+  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"halves", Variant::halves}}, Variant::off) == Variant::halves;
 }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
