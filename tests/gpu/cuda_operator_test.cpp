@@ -374,12 +374,14 @@ void plant_backward_extremes(Inputs& in, std::mt19937_64& rng) {
   }
 }
 
-// Sets an environment variable for a scope (the experiment switches), restoring it afterwards.
+// Sets (or, with nullptr, unsets) an environment variable for a scope (the experiment switches), restoring it
+// afterwards.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
   }
   ~ScopedEnv() {
     if (had_) ::setenv(name_, old_.c_str(), 1);
@@ -410,7 +412,10 @@ void expect_compact_backward_matches_cpu_at_extremes(const std::string& variant)
 
 TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
   SKIP_WITHOUT_GPU();
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", nullptr);  // the default kernel, whatever the caller's environment
+  const int64_t halves_before = cuda::backward_halves_launches();
   expect_compact_backward_matches_cpu_at_extremes("default");
+  EXPECT_EQ(cuda::backward_halves_launches(), halves_before);
 }
 
 // The experiment MHCDIFF_CUDA_BACKWARD=halves (backward_kernels.cu, docs/performance.md "What is still open"): two
@@ -419,12 +424,16 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
 // (D = 1032 and 4096 run it; D = 136, below its 512, keeps the default kernel).
 TEST(CudaOperator, HalvesBackwardExperimentMatchesCpu) {
   SKIP_WITHOUT_GPU();
+  const bool requested_before = cuda::backward_halves_requested();
   {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "halves");
     ASSERT_TRUE(cuda::backward_halves_requested());
+    const int64_t before = cuda::backward_halves_launches();
     expect_compact_backward_matches_cpu_at_extremes("halves");
+    // D = 1032 (twice, and the non-finite slab) and 4096 (twice) take it, one launch each unless a slab splits.
+    EXPECT_GE(cuda::backward_halves_launches() - before, 5) << "the halves kernel must have run";
   }
-  EXPECT_FALSE(cuda::backward_halves_requested());  // the switch is restored
+  EXPECT_EQ(cuda::backward_halves_requested(), requested_before);  // the switch is restored
 }
 
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -492,8 +493,10 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       if constexpr (kHalves) {
         // The second warp's partials, in its own ring, reach the first warp through the pair's named barrier; the
         // second waits at the barrier again until they are read, before its ring takes the next token's copies.
-        const unsigned barrier = 1 + warp / 2;
-        named_barrier_sync(barrier, 64);
+        // Barrier 1 for warps 0 and 1, 2 for warps 2 and 3: constant ids (a computed one reserves all 16).
+        static_assert(kWarps == 4, "two token pairs per block");
+        const auto pair_barrier = [warp] { warp < 2 ? named_barrier_sync(1, 64) : named_barrier_sync(2, 64); };
+        pair_barrier();
         if (half == 0) {
           const DotScratch<R * H> partner(ring_memory + (warp + 1) * kStages * kRows * kReduceLanes);
 #pragma unroll
@@ -503,7 +506,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
             scratch.put(lane, i, acc[i / H][i % H]);
           }
         }
-        named_barrier_sync(barrier, 64);
+        pair_barrier();
         if (half == 1) continue;
       }
       settle_dots_exact<H, R * H>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
@@ -711,6 +714,9 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   MHC_CUDA_CHECK_LAUNCH();
 }
 
+// Launches of the halves experiment, for its test to see that it ran (its results equal the default kernel's).
+std::atomic<int64_t> halves_launches{0};
+
 // H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
 // multiprocessor, one warp per token leaves most of the GPU idle: each token's rows are then spread over
 // kFewTokenWarps warps (S = 128, H = 4: exact 72 -> 35-45 us, fp64 28 -> 21 us; at S = 1024 one warp per
@@ -723,8 +729,10 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      if (backward_halves_requested() && in.shape.D >= 512)  // two steps per lane at least: kHalves' depth bound
+      if (backward_halves_requested() && in.shape.D >= 512) {  // two steps per lane at least: kHalves' depth bound
+        halves_launches.fetch_add(1, std::memory_order_relaxed);
         return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
+      }
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
     }
   }
@@ -803,6 +811,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       break;
   }
 }
+
+int64_t backward_halves_launches() { return halves_launches.load(std::memory_order_relaxed); }
 
 bool backward_halves_requested() {
   enum class Variant { off, halves };
