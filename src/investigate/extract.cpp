@@ -61,7 +61,7 @@ FileSideRecord file_side_record(const OutSource& src) {
   return rec;
 }
 
-void append_token(Inputs& dst, const Inputs& t) {
+void append_tokens(Inputs& dst, const Inputs& t) {
   dst.x.insert(dst.x.end(), t.x.begin(), t.x.end());
   dst.residual.insert(dst.residual.end(), t.residual.begin(), t.residual.end());
   dst.post.insert(dst.post.end(), t.post.begin(), t.post.end());
@@ -89,8 +89,8 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   ExtractSummary summary;
   summary.source_shape = shape;
 
-  // Score every token, a slab at a time, keeping the `worst` worst: a buffer trimmed to them whenever it doubles
-  // (a score per mismatched token grew with S). Worst first: largest ULP distance, then most mismatches, then the
+  // Score every token, a slab at a time, keeping the `worst` worst: a buffer trimmed to them whenever it holds
+  // 2·worst + 4096 (a score per mismatched token grew with S). Worst first: largest ULP distance, then most mismatches, then the
   // earlier token.
   auto worse = [](const TokenScore& a, const TokenScore& b) {
     if (a.max_ulp != b.max_ulp) return a.max_ulp > b.max_ulp;
@@ -119,8 +119,8 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
         t.max_ulp = std::max(t.max_ulp, bf16_ulp_distance(a, b));
       }
       if (t.mismatched > 0) scores.push_back(t);
+      if (scores.size() >= 2 * keep + 4096) trim();
     }
-    if (scores.size() >= 2 * keep + 4096) trim();
   }
   trim();
   std::sort(scores.begin(), scores.end(), worse);
@@ -136,7 +136,18 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   const Shape repro_shape{int64_t(tokens.size()), shape.H, shape.D};
   io::InputChecksum checksum;  // of the repro's own inputs, which its result groups were computed from
   io::InputCensus census;
-  for (int64_t s : tokens) checksum.update(reader.read_slab(s, 1, &census));
+  // Consecutive chosen tokens are read together (one read per token took minutes for a million tiny tokens).
+  auto for_each_run = [&](size_t first, size_t last, const auto& visit) {  // visit(k, run length): tokens[k...]
+    for (size_t k = first; k < last;) {
+      size_t n = 1;
+      while (k + n < last && tokens[k + n] == tokens[k] + int64_t(n)) ++n;
+      visit(k, n);
+      k += n;
+    }
+  };
+  for_each_run(0, tokens.size(), [&](size_t k, size_t n) {
+    checksum.update(reader.read_slab(tokens[k], int64_t(n), &census));
+  });
 
   summary.candidate_group = group_name(candidate, "candidate");
   summary.reference_group = group_name(reference, "reference");
@@ -184,28 +195,28 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
     Inputs slab;
     slab.shape = {int64_t(last - first), shape.H, shape.D};
     PolicyResult cand_out, ref_out;
-    for (size_t k = first; k < last; ++k) {
+    for_each_run(first, last, [&](size_t k, size_t n) {
       const int64_t s = tokens[k];
-      const Inputs one = reader.read_slab(s, 1);
-      append_token(slab, one);
+      const Inputs run = reader.read_slab(s, int64_t(n));
+      append_tokens(slab, run);
       for (auto [src, result, record] : {std::tuple{&candidate, &cand_out, &cand_record},
                                          std::tuple{&reference, &ref_out, &ref_record}}) {
         if (src->is_policy && stores_f64(src->policy.desc)) {
           // fp64/exact result groups carry their binary64 copy too, as `run` writes them.
-          const PolicyResult r = run_policy_cpu(src->policy.desc, one.view(), false, {.threads = options.threads});
+          const PolicyResult r = run_policy_cpu(src->policy.desc, run.view(), false, {.threads = options.threads});
           result->out.insert(result->out.end(), r.out.begin(), r.out.end());
           result->out_f64.insert(result->out_f64.end(), r.out_f64.begin(), r.out_f64.end());
         } else {
-          const auto o = read_out_slab(*src, one, s, options.threads);
+          const auto o = read_out_slab(*src, run, s, options.threads);
           result->out.insert(result->out.end(), o.begin(), o.end());
           if (!record->out_f64.empty()) {
             std::vector<double> twin(o.size());
-            io::TensorFile(src->path).read_f64(record->out_f64, s * per_token, per_token, twin.data());
+            io::TensorFile(src->path).read_f64(record->out_f64, s * per_token, int64_t(n) * per_token, twin.data());
             result->out_f64.insert(result->out_f64.end(), twin.begin(), twin.end());
           }
         }
       }
-    }
+    });
     writer.append_inputs(int64_t(first), slab);
     writer.append_result(summary.candidate_group, int64_t(first), cand_out);
     writer.append_result(summary.reference_group, int64_t(first), ref_out);
