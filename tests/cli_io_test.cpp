@@ -445,12 +445,9 @@ TEST_F(CliIo, AReportStandardOutputCannotTakeIsExit2AndNoReportFile) {
                            "compare res.h5:hf policy:exact --inputs good.h5 --format json --report r.json",
                            "info res.h5", "explain good.h5 --at 0,0,0 --format json",
                            "fingerprint good.h5 res.h5:hf --format json"}) {
-    const std::string err = dir.file(".stderr");
-    const int status = std::system(
-        ("cd " + dir.path.string() + " && " + MHCDIFF_BINARY + " -q " + args + " > /dev/full 2> " + err).c_str());
-    const std::string message = read_file_bytes(err);
-    std::filesystem::remove(err);
-    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << args << "\n" << message;
+    const CliResult r = run_cli(dir, std::string("-q ") + args, "", "/dev/full");
+    const std::string& message = r.err;
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << message;
     EXPECT_NE(message.find("could not write to standard output"), std::string::npos) << args << "\n" << message;
     EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << args << "\n" << message;
     EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
@@ -460,12 +457,9 @@ TEST_F(CliIo, AReportStandardOutputCannotTakeIsExit2AndNoReportFile) {
   for (const auto& [args, file] : std::vector<std::pair<const char*, const char*>>{
            {"golden regen good.h5 -o golden.h5 --policies hf,fp32-seeded", "golden.h5"},
            {"extract res.h5:hf policy:exact --inputs good.h5 --worst 1 -o repro.h5", "repro.h5"}}) {
-    const std::string err = dir.file(".stderr");
-    const int status = std::system(
-        ("cd " + dir.path.string() + " && " + MHCDIFF_BINARY + " " + args + " > /dev/full 2> " + err).c_str());
-    const std::string message = read_file_bytes(err);
-    std::filesystem::remove(err);
-    EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << args << "\n" << message;
+    const CliResult r = run_cli(dir, args, "", "/dev/full");
+    const std::string& message = r.err;
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << message;
     EXPECT_NE(message.find(std::string("[warning] ") + file + " was written; its summary was not"), std::string::npos)
         << args << "\n" << message;
     EXPECT_TRUE(std::filesystem::exists(dir.file(file))) << args;

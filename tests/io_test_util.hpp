@@ -234,17 +234,21 @@ struct CliResult {
   }
 };
 
-inline CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& shell_prefix = "") {
-  const std::string out = dir.file(".stdout"), err = dir.file(".stderr");
+// `stdout_to`: where standard output goes instead of being captured (e.g. /dev/full).
+inline CliResult run_cli(const TempDir& dir, const std::string& args, const std::string& shell_prefix = "",
+                         const std::string& stdout_to = "") {
+  const std::string out = stdout_to.empty() ? dir.file(".stdout") : stdout_to, err = dir.file(".stderr");
   const std::string cmd = "cd " + dir.path.string() + " && " + shell_prefix + MHCDIFF_BINARY + " " + args + " > " +
                           out + " 2> " + err + " < /dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file_bytes(out);
   r.err = read_file_bytes(err);
-  std::filesystem::remove(out);
   std::filesystem::remove(err);
+  if (stdout_to.empty()) {
+    r.out = read_file_bytes(out);
+    std::filesystem::remove(out);
+  }
   return r;
 }
 #endif
