@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "report/text_safety.hpp"
 #include "input_cli.hpp"
 #include "report/numbers.hpp"
 #include "investigate/extract.hpp"
@@ -46,7 +47,8 @@ void add_extract_command(CLI::App& app, CommandContext&) {
       return;
     }
     std::string out = fmt::format("wrote {} token(s) of {} to {} (/results/{} vs /results/{}):\n", s.written.size(),
-                                  s.source_shape.S, args->output, s.candidate_group, s.reference_group);
+                                  s.source_shape.S, report::one_line(args->output), report::one_line(s.candidate_group),
+                                  report::one_line(s.reference_group));
     for (const auto& t : s.written)
       out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token, report::ulp(t.max_ulp),
                          t.mismatched, s.source_shape.H * s.source_shape.D);

@@ -7,6 +7,7 @@
 #include <stdio_ext.h>
 
 #include <charconv>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -25,6 +26,7 @@ struct CommandContext {
 // output failing then loses the summary, not the work, so it is a warning and the exit code stays 0 (exit 2 would
 // say that nothing was written). The unwritten text is discarded, so that main's final check of stdout passes.
 inline void print_summary_of_written_file(const std::string& text, const std::string& written) {
+  std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a failed write here (EPIPE), not a death by signal (exit 141)
   std::fputs(text.c_str(), stdout);
   try {
     io::flush_stdout();

@@ -203,8 +203,8 @@ inline int emit_report(const compare::CompareReport& rep, const CompareCliOption
                        const std::vector<io::SourceFile>& read) {
   const report::ReportFormat f = report::parse_report_format(o.format);
   if (!o.report_path.empty()) {
-    // The summary goes out once the report is on disk and before it is committed: when either fails, the command
-    // fails (exit 2) with no report file, and stdout never shows a verdict of a command that then failed.
+    // The summary goes out once the report is on disk and before it is committed: when writing either fails, the
+    // command fails (exit 2) with no report file (only the final rename could still fail after the summary).
     report::write_file_atomically(o.report_path, report::render(rep, f), read, [&] {
       std::fputs(report::render_text(rep).c_str(), stdout);
       io::flush_stdout();

@@ -145,9 +145,10 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
       k += n;
     }
   };
-  for_each_run(0, tokens.size(), [&](size_t k, size_t n) {
-    checksum.update(reader.read_slab(tokens[k], int64_t(n), &census));
-  });
+  for (size_t first = 0; first < tokens.size(); first += size_t(step))  // runs of at most a slab
+    for_each_run(first, std::min(tokens.size(), first + size_t(step)), [&](size_t k, size_t n) {
+      checksum.update(reader.read_slab(tokens[k], int64_t(n), &census));
+    });
 
   summary.candidate_group = group_name(candidate, "candidate");
   summary.reference_group = group_name(reference, "reference");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -157,7 +158,21 @@ class SameFileSources {
   }
 
   // What keeps `dataset` from being data stored in this file, if anything (stored_outside_file's answer).
-  std::optional<std::string> problem(hid_t dataset, int depth) {
+  std::optional<std::string> problem(hid_t dataset) {
+    uint64_t paths = 0;
+    if (auto why = problem(dataset, 0, paths)) return why;
+    if (paths > kMaxPaths)
+      return fmt::format("a virtual dataset whose mappings reach their data through more than {} paths of nested virtual "
+                         "datasets, each of which HDF5 follows while reading (copy the data in)",
+                         kMaxPaths);
+    return std::nullopt;
+  }
+
+ private:
+  // As above, adding to `paths` how many ways HDF5 reaches stored data from `dataset` (1 for stored data; the sum over
+  // its mappings for a virtual dataset, saturating past kMaxPaths): a diamond of virtual datasets 30 levels deep
+  // passes every other check but makes HDF5's read follow 2^30 paths.
+  std::optional<std::string> problem(hid_t dataset, int depth, uint64_t& paths) {
     Handle dcpl(H5Dget_create_plist(dataset));
     if (!dcpl.valid()) return std::nullopt;
     if (H5Pget_external_count(dcpl.get()) > 0) {
@@ -169,7 +184,10 @@ class SameFileSources {
                          "in the file itself; copy the data in)",
                          name.data());
     }
-    if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) return std::nullopt;
+    if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) {
+      paths = std::min(paths + 1, kMaxPaths + 1);
+      return std::nullopt;
+    }
     size_t mappings = 0;
     H5Pget_virtual_count(dcpl.get(), &mappings);
     for (size_t i = 0; i < mappings; ++i) {
@@ -180,7 +198,7 @@ class SameFileSources {
         return fmt::format("a virtual dataset over the file '{}', which mhcdiff does not read (it reads only data "
                            "stored in the file itself; copy the data in)",
                            name.data());
-      if (auto why = mapping_problem(dataset, dcpl.get(), i, depth)) return why;
+      if (auto why = mapping_problem(dataset, dcpl.get(), i, depth, paths)) return why;
     }
     const std::optional<bool> covered = virtual_mappings_cover(dataset, dcpl.get(), mappings);
     if (!covered)
@@ -189,10 +207,9 @@ class SameFileSources {
     return std::nullopt;
   }
 
- private:
-  // Mapping i of `dataset`: its source must be a dataset of this file, of the same type (HDF5 would convert values
-  // silently, past the refusal of inexact ones), selected within its shape, and itself data stored in this file.
-  std::optional<std::string> mapping_problem(hid_t dataset, hid_t dcpl, size_t i, int depth) {
+  // Mapping i of `dataset`: its source must be a dataset of this file, holding the same values (HDF5 would convert
+  // others silently, past the refusal of inexact ones), selected within its shape, and itself data stored in this file.
+  std::optional<std::string> mapping_problem(hid_t dataset, hid_t dcpl, size_t i, int depth, uint64_t& paths) {
     const ssize_t length = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
     std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
     H5Pget_virtual_dsetname(dcpl, i, name.data(), name.size());
@@ -204,21 +221,40 @@ class SameFileSources {
         return fmt::format("{}, where {}", over, *why);
       return fmt::format("{}, which is not a dataset there (it would read as its fill value)", over);
     }
-    Handle own_type(H5Dget_type(dataset)), source_type(H5Dget_type(ds.get()));
-    if (H5Tequal(own_type.get(), source_type.get()) <= 0)
+    if (!same_values(dataset, ds.get())) {
+      const std::string own = stored_type_name(dataset), theirs = stored_type_name(ds.get());
       return fmt::format("{} of another type ({}; the virtual dataset is {}), which HDF5 would convert while reading "
                          "(mhcdiff reads values as they are stored)",
-                         over, stored_type_name(ds.get()), stored_type_name(dataset));
+                         over, theirs == own ? theirs + " of another layout" : theirs, own);
+    }
     if (auto why = selection_problem(dcpl, i, ds.get())) return fmt::format("{}, {}", over, *why);
-    if (good_.count(source)) return std::nullopt;
-    if (on_path_.count(source) || depth >= kMaxDepth)
+    if (auto known = good_.find(source); known != good_.end()) {
+      paths = std::min(paths + known->second, kMaxPaths + 1);
+      return std::nullopt;
+    }
+    if (on_path_.count(source))
       return fmt::format("{}, which leads back to itself through virtual datasets (a cycle)", over);
+    if (depth >= kMaxDepth) return fmt::format("{}, through more than {} levels of virtual datasets", over, kMaxDepth);
     on_path_.insert(source);
-    std::optional<std::string> why = problem(ds.get(), depth + 1);
+    uint64_t source_paths = 0;
+    std::optional<std::string> why = problem(ds.get(), depth + 1, source_paths);
     on_path_.erase(source);
     if (why) return fmt::format("{}, which is {}", over, *why);
-    good_.insert(source);
+    good_.emplace(source, source_paths);
+    paths = std::min(paths + source_paths, kMaxPaths + 1);
     return std::nullopt;
+  }
+
+  // Whether reading `source` as `dataset`'s type gives its stored values unchanged: the same type, or the same
+  // number type in the other byte order (a conversion HDF5 does exactly).
+  static bool same_values(hid_t dataset, hid_t source) {
+    Handle own(H5Dget_type(dataset)), theirs(H5Dget_type(source));
+    if (H5Tequal(own.get(), theirs.get()) > 0) return true;
+    const H5T_class_t cls = H5Tget_class(own.get());
+    if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || H5Tget_class(theirs.get()) != cls) return false;
+    Handle swapped(H5Tcopy(theirs.get()));
+    return swapped.valid() && H5Tset_order(swapped.get(), H5Tget_order(own.get())) >= 0 &&
+           H5Tequal(own.get(), swapped.get()) > 0;
   }
 
   // Whether the source selection of mapping i lies within the source's shape. An "all" selection (h5py's
@@ -252,14 +288,16 @@ class SameFileSources {
     }
   }
 
-  static constexpr int kMaxDepth = 64;  // a chain this deep is refused as if it were a cycle
+  static constexpr int kMaxDepth = 64;
+  static constexpr uint64_t kMaxPaths = uint64_t{1} << 18;
   Handle file_;
-  std::set<std::string> good_, on_path_;
+  std::map<std::string, uint64_t> good_;  // sources found good, with their paths to stored data
+  std::set<std::string> on_path_;
 };
 
 }  // namespace
 
-std::optional<std::string> stored_outside_file(hid_t dataset) { return SameFileSources(dataset).problem(dataset, 0); }
+std::optional<std::string> stored_outside_file(hid_t dataset) { return SameFileSources(dataset).problem(dataset); }
 
 namespace {
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {

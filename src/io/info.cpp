@@ -69,7 +69,8 @@ void describe_dataset(Walk& w, const std::string& path, const std::string& name)
   }
   if (auto outside = detail::stored_outside_file(ds.get())) storage += fmt::format(", {}", *outside);
   w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", report::one_line(name),
-                        report::one_line(detail::stored_type_name(ds.get())), detail::dims_text(dims), storage);
+                        report::one_line(detail::stored_type_name(ds.get())), detail::dims_text(dims),
+                        report::one_line(storage));
 }
 
 void describe_attributes(Walk& w, hid_t object, const char* indent) {
@@ -166,7 +167,8 @@ std::string describe_file(const std::string& path) {
   }
   try {
     const auto pols = tf ? tf->policies() : std::vector<std::string>{};
-    if (!pols.empty()) w.text += fmt::format("  policies: {}\n", fmt::join(pols, ", "));
+    if (!pols.empty())
+      w.text += fmt::format("  policies: {}\n", report::one_line(fmt::format("{}", fmt::join(pols, ", "))));
   } catch (const InputError&) {
     // A link under /results that leads nowhere: the walk below shows it.
   }
