@@ -90,8 +90,8 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   summary.source_shape = shape;
 
   // Score every token, a slab at a time, keeping the `worst` worst: a buffer trimmed to them whenever it holds
-  // 2·worst + 4096 (a score per mismatched token grew with S). Worst first: largest ULP distance, then most mismatches, then the
-  // earlier token.
+  // 2·worst + 4096 (a score per mismatched token grew with S). Worst first: largest ULP distance, then most
+  // mismatches, then the earlier token.
   auto worse = [](const TokenScore& a, const TokenScore& b) {
     if (a.max_ulp != b.max_ulp) return a.max_ulp > b.max_ulp;
     if (a.mismatched != b.mismatched) return a.mismatched > b.mismatched;

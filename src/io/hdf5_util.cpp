@@ -162,8 +162,8 @@ class SameFileSources {
     uint64_t paths = 0;
     if (auto why = problem(dataset, 0, paths)) return why;
     if (paths > kMaxPaths)
-      return fmt::format("a virtual dataset whose mappings reach their data through more than {} paths of nested virtual "
-                         "datasets, each of which HDF5 follows while reading (copy the data in)",
+      return fmt::format("a virtual dataset whose mappings reach their data through more than {} paths of nested "
+                         "virtual datasets, each of which HDF5 follows while reading (copy the data in)",
                          kMaxPaths);
     return std::nullopt;
   }

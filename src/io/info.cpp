@@ -124,8 +124,8 @@ void describe_group(Walk& w, const std::string& path, haddr_t address) {
   for (const auto& [sub, sub_address] : c.groups) {
     const std::string sub_path = (path == "/" ? "" : path) + "/" + sub;
     if (auto seen = w.groups_seen.find(sub_address); seen != w.groups_seen.end())
-      w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n", report::one_line(sub_path),
-                            report::one_line(seen->second));
+      w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n",
+                            report::one_line(sub_path), report::one_line(seen->second));
     else
       describe_group(w, sub_path, sub_address);
   }

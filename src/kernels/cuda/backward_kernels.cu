@@ -305,9 +305,9 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // block share a token, the first taking each lane's first half of its steps and the second the rest; the second
 // warp's dot-product partials are merged into the first's lane by lane before the first settles them. That merge is
 // one more rounding for every term, which dot_filter_depth still covers where the lanes' chains are at least halved
-// (two steps or more: the launch asks D >= 512). The exact results do not depend on the split (every output is the correctly rounded sum, certified
-// or finished as before); the tokens' work comes in half-size pieces, so the last partial wave of warps is half as
-// long.
+// (two steps or more: the launch asks D >= 512). The exact results do not depend on the split (every output is the
+// correctly rounded sum, certified or finished as before); the tokens' work comes in half-size pieces, so the last
+// partial wave of warps is half as long.
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kHalves = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
   const int64_t D = in.shape.D;
   const int64_t chunks = D / kChunk;
   const int64_t lane_steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
-  // kHalves: this warp's half of the token (0: steps [0, first_half), 1: the rest) and its partner's named barrier.
+  // kHalves: this warp's half of the token (0: steps [0, first_half), 1: the rest).
   constexpr int kTokenShare = kHalves ? 2 : G;
   const int half = kHalves ? warp % 2 : 0;
   const int64_t first_half = (lane_steps + 1) / 2;
