@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
-      spdlog::error("unknown command '{}'; the commands are {} (mhcdiff --help)", argv[1], fmt::join(names, ", "));
+      spdlog::error("unknown command '{}'; the commands are {} (mhcdiff --help)", mhc::report::one_line(argv[1]),
+                    fmt::join(names, ", "));
       return 2;
     }
   }
