@@ -287,7 +287,7 @@ struct InputReader::Impl {
                          "--round-inputs to round them to nearest-even",
                          t.name, sizeof(Wide) == 8 ? "float64" : "float32", target,
                          element_index_text(s0 * t.row_elems + int64_t(i), t, shape), double(v)));
-      if (census) ++census->rounded_count;
+      if (census && census->counts(s0 + int64_t(i) / t.row_elems)) ++census->rounded_count;
       // A finite value beyond the target's range rounds to an infinity, which check_finite would report as if the
       // file held one.
       if (std::isinf(double(widen(out[i]))) && !std::isinf(double(v)) && !options.allow_nonfinite)
@@ -310,7 +310,7 @@ struct InputReader::Impl {
         fail(fmt::format("dataset /inputs/{} holds {} (first at element {}); pass --allow-nonfinite to run on "
                          "non-finite inputs",
                          t.name, nan ? "a NaN" : "an infinity", element_index_text(s0 * t.row_elems + int64_t(i), t, shape)));
-      if (census) ++(nan ? census->nan_count : census->inf_count);
+      if (census && census->counts(s0 + int64_t(i) / t.row_elems)) ++(nan ? census->nan_count : census->inf_count);
     }
   }
 

@@ -7,6 +7,7 @@
 //
 // Every read is by slabs of tokens (rows of the flattened leading axis) so memory stays bounded.
 // Every write is atomic: a temp file beside the destination, renamed over it on commit().
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +48,13 @@ struct InputCensus {
   int64_t nan_count = 0;
   int64_t inf_count = 0;
   int64_t rounded_count = 0;  // values changed by --round-inputs
+  // When set, only elements of these tokens (absolute indices, sorted) are counted: a read that covers tokens it
+  // does not keep (extract reads scattered tokens through windows that span the gaps) counts the kept ones only.
+  const std::vector<int64_t>* only_tokens = nullptr;
+
+  bool counts(int64_t token) const {
+    return only_tokens == nullptr || std::binary_search(only_tokens->begin(), only_tokens->end(), token);
+  }
 };
 
 // Reads the /inputs group of a file in slabs of tokens, validating names, ranks, shapes and dtypes.
