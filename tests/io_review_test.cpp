@@ -351,7 +351,8 @@ TEST_F(IoReview, ATypeThatIsNotReadIsNamed) {
 }
 
 // A path that cannot lead to a dataset says why: "/inputs" a dataset was "missing dataset /inputs/x", and a soft link
-// to itself (or to a link to a missing object) was "a link to /inputs/x, which does not exist".
+// to itself (or to a link to a missing object) was "a link to /inputs/x, which does not exist". A chain of soft links
+// is named hop by hop to where it fails (it had said only "a link to /a, which is a link that leads to no object").
 TEST_F(IoReview, APathThroughADatasetOrALinkCycleSaysSo) {
   write_inputs(dir.file("flat.h5"), inputs);
   replace_link(dir.file("flat.h5"), "/inputs", [](hid_t f) {
@@ -371,14 +372,23 @@ TEST_F(IoReview, APathThroughADatasetOrALinkCycleSaysSo) {
   });
   expect_refused("run flat.h5 -o out.h5", {"flat.h5", "/inputs is a dataset, not a group"}, {"missing"});
   expect_refused("run self.h5 -o out.h5", {"/inputs/x is a link to /inputs/x", "cycle of soft links"});
-  expect_refused("run chain.h5 -o out.h5", {"/inputs/x is a link to /a", "leads to no object"});
+  expect_refused("run chain.h5 -o out.h5", {"/inputs/x is a link to /a, which links to /gone, which does not exist"});
+  write_inputs(dir.file("loop.h5"), inputs);
+  replace_link(dir.file("loop.h5"), "/inputs/x", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_soft("/a", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("/b", f, "/a", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("/a", f, "/b", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  expect_refused("run loop.h5 -o out.h5", {"/inputs/x is a link to /a, which links to /b, which links to /a: a cycle"});
   // Relative targets are resolved from the link's own group: x -> y -> x inside /inputs is a cycle, not "missing".
   write_inputs(dir.file("relative.h5"), inputs);
   replace_link(dir.file("relative.h5"), "/inputs/x", [](hid_t f) {
     ASSERT_GE(H5Lcreate_soft("y", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
     ASSERT_GE(H5Lcreate_soft("x", f, "/inputs/y", H5P_DEFAULT, H5P_DEFAULT), 0);
   });
-  expect_refused("run relative.h5 -o out.h5", {"/inputs/x is a link to y", "cycle of soft links"}, {"does not exist"});
+  expect_refused("run relative.h5 -o out.h5",
+                 {"/inputs/x is a link to y (/inputs/y), which links to x (/inputs/x): a cycle of soft links"},
+                 {"does not exist"});
   ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
   expect_refused("compare flat.h5:/inputs/x/out policy:hf --inputs good.h5", {"/inputs is a dataset, not a group"});
 }

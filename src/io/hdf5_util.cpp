@@ -319,25 +319,33 @@ std::string top_level_names(hid_t file) {
 
 std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link) {
   if (auto external = external_link_target(group, name)) return *external;
-  std::vector<char> target(link.type == H5L_TYPE_SOFT ? link.u.val_size + 1 : 1, '\0');
-  H5Lget_val(group, name, target.data(), target.size(), local_links());
-  if (!target[0]) return "a link to an object that cannot be opened";
-  // A relative target is resolved from the group holding the link, not from `group`.
-  const std::string link_path(name);
-  const size_t slash = link_path.rfind('/');
-  const std::string resolved = target[0] == '/' || slash == std::string::npos
-                                   ? std::string(target.data())
-                                   : link_path.substr(0, slash + 1) + target.data();
-  // A soft link to an external link is as far out of the file as the external link.
-  if (auto external = external_link_target(group, resolved))
-    return fmt::format("a link to {}, which is {}", target.data(), *external);
-  // The target is a link itself that does not lead to an object: a cycle of soft links (one to itself included), or
-  // a chain ending at a missing object.
-  if (H5Lexists(group, resolved.c_str(), local_links()) > 0)
-    return fmt::format("a link to {}, which is a link that leads to no object (a cycle of soft links, or one to a "
-                       "missing object)",
-                       target.data());
-  return fmt::format("a link to {}, which does not exist", target.data());
+  // Follows the chain of soft links to where it fails, naming every hop: a missing object, an external link, or a
+  // link already passed (a cycle; one to itself included).
+  static constexpr int kMaxHops = 64;
+  std::vector<std::string> passed{name};
+  H5L_info_t info = link;
+  std::string text;
+  for (int hop = 0; hop < kMaxHops; ++hop) {
+    const std::string& current = passed.back();
+    std::vector<char> target(info.type == H5L_TYPE_SOFT ? info.u.val_size + 1 : 1, '\0');
+    if (info.type != H5L_TYPE_SOFT ||
+        H5Lget_val(group, current.c_str(), target.data(), target.size(), local_links()) < 0 || !target[0])
+      return text.empty() ? "a link to an object that cannot be opened"
+                          : text + ", which leads to an object that cannot be opened";
+    // A relative target is resolved from the group holding the link, not from `group`.
+    const size_t slash = current.rfind('/');
+    const std::string resolved = target[0] == '/' || slash == std::string::npos
+                                     ? std::string(target.data())
+                                     : current.substr(0, slash + 1) + target.data();
+    text += fmt::format("{}{}", text.empty() ? "a link to " : ", which links to ", target.data());
+    if (resolved != target.data()) text += fmt::format(" ({})", resolved);
+    // A soft link to an external link is as far out of the file as the external link.
+    if (auto external = external_link_target(group, resolved)) return fmt::format("{}, which is {}", text, *external);
+    if (std::find(passed.begin(), passed.end(), resolved) != passed.end()) return text + ": a cycle of soft links";
+    if (H5Lget_info(group, resolved.c_str(), &info, local_links()) < 0) return text + ", which does not exist";
+    passed.push_back(resolved);
+  }
+  return fmt::format("{}, and on past {} soft links", text, kMaxHops);
 }
 
 std::optional<std::string> unusable_component(hid_t file, const std::string& path) {
