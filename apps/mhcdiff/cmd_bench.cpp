@@ -57,7 +57,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
     const std::string text = args->format == "csv"        ? bench::format_csv(report)
                              : args->format == "markdown" ? bench::format_markdown(report)
                                                           : bench::format_text(report);
-    std::fputs(text.c_str(), stdout);
+    io::write_stdout(text);
     ctx.exit_code = 0;
   });
 }

@@ -29,7 +29,7 @@ void add_explain_command(CLI::App& app, CommandContext&) {
     const auto e = investigate::explain_file(args->input, investigate::parse_element_at(args->at), policies, read);
     const std::string out =
         args->format == "json" ? investigate::format_explanation_json(e) : investigate::format_explanation_text(e);
-    std::fputs(out.c_str(), stdout);
+    io::write_stdout(out);
   });
 }
 

@@ -43,7 +43,7 @@ void add_extract_command(CLI::App& app, CommandContext&) {
     const auto ref = investigate::resolve_out_source(args->reference, user);
     const auto s = investigate::extract_worst_tokens(cand, ref, args->inputs, args->output, o);
     if (s.written.empty()) {
-      std::fputs("the two sides agree on every element: nothing to extract, no file written\n", stdout);
+      io::write_stdout("the two sides agree on every element: nothing to extract, no file written\n");
       return;
     }
     std::string out = fmt::format("wrote {} token(s) of {} to {} (/results/{} vs /results/{}):\n", s.written.size(),

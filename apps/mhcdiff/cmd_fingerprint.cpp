@@ -50,7 +50,7 @@ void add_fingerprint_command(CLI::App& app, CommandContext& ctx) {
                  rep.lattice_size, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     const std::string out = args->format == "json" ? investigate::format_fingerprint_json(rep, args->top)
                                                    : investigate::format_fingerprint_text(rep, args->top);
-    std::fputs(out.c_str(), stdout);
+    io::write_stdout(out);
     const bool mixture = !rep.mixtures.empty() && rep.mixtures.front().mismatched == 0;
     ctx.exit_code = rep.matched() || mixture ? 0 : 1;
   });

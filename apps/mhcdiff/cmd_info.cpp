@@ -10,7 +10,7 @@ void add_info_command(CLI::App& app, CommandContext&) {
   auto path = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("info", "list the tensors, dtypes, shapes, policies and provenance of a file");
   cmd->add_option("file", *path, "an mhcdiff/1 HDF5 file")->required();
-  cmd->callback([path] { std::fputs(io::describe_file(*path).c_str(), stdout); });
+  cmd->callback([path] { io::write_stdout(io::describe_file(*path)); });
 }
 
 }  // namespace mhc::cli

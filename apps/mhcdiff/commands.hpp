@@ -27,7 +27,7 @@ struct CommandContext {
 // say that nothing was written). The unwritten text is discarded, so that main's final check of stdout passes.
 inline void print_summary_of_written_file(const std::string& text, const std::string& written) {
   std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a failed write here (EPIPE), not a death by signal (exit 141)
-  std::fputs(text.c_str(), stdout);
+  io::write_stdout(text);
   try {
     io::flush_stdout();
   } catch (const IoError& e) {

@@ -206,11 +206,11 @@ inline int emit_report(const compare::CompareReport& rep, const CompareCliOption
     // The summary goes out once the report is on disk and before it is committed: when writing either fails, the
     // command fails (exit 2) with no report file (only the final rename could still fail after the summary).
     report::write_file_atomically(o.report_path, report::render(rep, f), read, [&] {
-      std::fputs(report::render_text(rep).c_str(), stdout);
+      io::write_stdout(report::render_text(rep));
       io::flush_stdout();
     });
   } else {
-    std::fputs(report::render(rep, f).c_str(), stdout);
+    io::write_stdout(report::render(rep, f));
     io::flush_stdout();
   }
   return rep.exit_code();

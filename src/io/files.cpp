@@ -140,10 +140,22 @@ std::string system_reason(int err) {
   return s;
 }
 
+namespace {
+int stdout_write_errno = 0;  // the reason of the first write to standard output that failed (0: none)
+}  // namespace
+
+void write_stdout(const std::string& text) {
+  errno = 0;
+  if (std::fputs(text.c_str(), stdout) < 0 && stdout_write_errno == 0) stdout_write_errno = errno;
+}
+
 void flush_stdout() {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
-  const int err = errno;
+  // A write that failed before (stdio flushes a full buffer within fputs) left the error flag set and its errno
+  // long overwritten; then fflush has nothing left to write and no reason to give.
+  const int err = errno ? errno : stdout_write_errno;
+  stdout_write_errno = 0;
   throw IoError(fmt::format("could not write to standard output{}", err ? ": " + system_reason(err) : std::string()));
 }
 

@@ -78,6 +78,9 @@ class AtomicOutput {
   bool committed_ = false;
 };
 
+// Writes text to standard output (stdio's buffer), keeping the system's reason when a write fails, for flush_stdout.
+void write_stdout(const std::string& text);
+
 // Flushes standard output and throws IoError (one sentence with the system's reason) when anything written to it
 // was lost: a full disk under `> report.json`, a closed pipe. Without it a small report stayed in the buffer, was
 // dropped at exit, and the exit code still said 0 or 1.
