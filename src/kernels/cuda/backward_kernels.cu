@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -301,17 +300,9 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-// kHalves (the experiment MHCDIFF_CUDA_BACKWARD=halves; exact, compact, one warp per token otherwise): two warps of a
-// block share a token, the first taking each lane's first half of its steps and the second the rest; the second
-// warp's dot-product partials are merged into the first's lane by lane before the first settles them. That merge is
-// one more rounding for every term, which dot_filter_depth still covers where the lanes' chains are at least halved
-// (two steps or more: the launch asks D >= 512). The exact results do not depend on the split (every output is the
-// correctly rounded sum, certified or finished as before); the tokens' work comes in half-size pieces, so the last
-// partial wave of warps is half as long.
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kHalves = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
-  static_assert(!kHalves || (M == Mode::exact && kCompact && G == 1), "halves: the compact exact kernel only");
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
@@ -338,32 +329,25 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
   uint4* const ring = ring_memory + warp * kStages * kRows * kReduceLanes + lane;
   const int64_t D = in.shape.D;
   const int64_t chunks = D / kChunk;
-  const int64_t lane_steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
-  // kHalves: this warp's half of the token (0: steps [0, first_half), 1: the rest).
-  constexpr int kTokenShare = kHalves ? 2 : G;
-  const int half = kHalves ? warp % 2 : 0;
-  const int64_t first_half = (lane_steps + 1) / 2;
-  const int64_t step_begin = half == 1 ? first_half : 0;
-  const int64_t steps = kHalves ? (half == 0 ? first_half : lane_steps) : lane_steps;  // end of this warp's steps
-  const int64_t tokens_per_pass = int64_t(gridDim.x) * (kWarps / kTokenShare);
-  for (int64_t s = int64_t(blockIdx.x) * (kWarps / kTokenShare) + warp / kTokenShare; s < in.shape.S;
-       s += tokens_per_pass) {
+  const int64_t steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
+  const int64_t tokens_per_pass = int64_t(gridDim.x) * (kWarps / G);
+  for (int64_t s = int64_t(blockIdx.x) * (kWarps / G) + warp / G; s < in.shape.S; s += tokens_per_pass) {
     // rows[r < R]: stream row row0 + r; rows[R + ho]: grad_out[ho].
     const bf16_bits* rows[kRows];
     rows[0] = row0 == 0 ? in.x + s * D : in.residual + (s * H + row0 - 1) * D;
 #pragma unroll
     for (int i = 1; i < kRows; ++i)
       rows[i] = i < R ? in.residual + (s * H + row0 + i - 1) * D : in.grad_out + (s * H + i - R) * D;
-    // Step i covers chunk j = lane + 32·i, in ring stage (i - step_begin) mod kStages.
+    // Step i covers chunk j = lane + 32·i, in ring stage i mod kStages.
     auto fetch = [&](int64_t i) {
-      uint4* slot = ring + ((i - step_begin) % kStages) * kRows * kReduceLanes;
+      uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
       const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) copy16_async(slot + r * kReduceLanes, rows[r] + d0);
     };
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) {
-      if (step_begin + i < steps) fetch(step_begin + i);
+      if (i < steps) fetch(i);
       commit_copies();
     }
 
@@ -408,11 +392,11 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       for (int r = 0; r < R; ++r) value_sum[r] = 0.0f;
     }
 
-    for (int64_t i = step_begin; i < steps; ++i) {
+    for (int64_t i = 0; i < steps; ++i) {
       if (i + kStages - 1 < steps) fetch(i + kStages - 1);
       commit_copies();
       wait_copies<kStages - 1>();  // step i's group has landed
-      const uint4* slot = ring + ((i - step_begin) % kStages) * kRows * kReduceLanes;
+      const uint4* slot = ring + (i % kStages) * kRows * kReduceLanes;
       const int64_t d0 = (lane + kReduceLanes * i) * kChunk;
       Chunk gc[H];
 #pragma unroll
@@ -488,26 +472,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         if constexpr (kLaneBound)
           acc[r][ho].bound = ExactDotFilter::lane_bound(float_from_bits(max_pair_word(lane_pairs[ho])), value_sum[r]);
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
-        if (!kHalves || half == 1) scratch.put(lane, i, acc[r][ho]);
-      }
-      if constexpr (kHalves) {
-        // The second warp's partials, in its own ring, reach the first warp through the pair's named barrier; the
-        // second waits at the barrier again until they are read, before its ring takes the next token's copies.
-        // Barrier 1 for warps 0 and 1, 2 for warps 2 and 3: constant ids (a computed one reserves all 16).
-        static_assert(kWarps == 4, "two token pairs per block");
-        const auto pair_barrier = [warp] { warp < 2 ? named_barrier_sync(1, 64) : named_barrier_sync(2, 64); };
-        pair_barrier();
-        if (half == 0) {
-          const DotScratch<R * H> partner(ring_memory + (warp + 1) * kStages * kRows * kReduceLanes);
-#pragma unroll
-          for (int i = 0; i < R * H; ++i) {
-            acc[i / H][i % H].merge(partner.sums[lane * DotScratch<R * H>::kStride + i],
-                                    partner.bounds[lane * DotScratch<R * H>::kStride + i]);
-            scratch.put(lane, i, acc[i / H][i % H]);
-          }
-        }
-        pair_barrier();
-        if (half == 1) continue;
+        scratch.put(lane, i, acc[r][ho]);
       }
       settle_dots_exact<H, R * H>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
     } else {
@@ -696,12 +661,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kHalves = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
-  constexpr int kTokensPerBlock = backward_block_warps(G) / (kHalves ? 2 : G);
+  constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kHalves>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -714,9 +679,6 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-// Launches of the halves experiment, for its test to see that it ran (its results equal the default kernel's).
-std::atomic<int64_t> halves_launches{0};
-
 // H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
 // multiprocessor, one warp per token leaves most of the GPU idle: each token's rows are then spread over
 // kFewTokenWarps warps (S = 128, H = 4: exact 72 -> 35-45 us, fp64 28 -> 21 us; at S = 1024 one warp per
@@ -728,13 +690,8 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      if (backward_halves_requested() && in.shape.D >= 512) {  // two steps per lane at least: kHalves' depth bound
-        halves_launches.fetch_add(1, std::memory_order_relaxed);
-        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
-      }
+    if (in.shape.S >= compact_backward_min_tokens())  // a full wave of its blocks
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
-    }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
@@ -810,13 +767,6 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       else launch_backward_generic<Mode::exact, true>(pd, in, out, fb, stream);
       break;
   }
-}
-
-int64_t backward_halves_launches() { return halves_launches.load(std::memory_order_relaxed); }
-
-bool backward_halves_requested() {
-  enum class Variant { off, halves };
-  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"halves", Variant::halves}}, Variant::off) == Variant::halves;
 }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }

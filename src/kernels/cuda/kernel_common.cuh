@@ -5,11 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <initializer_list>
-#include <string_view>
-#include <utility>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -139,12 +135,6 @@ __device__ __forceinline__ void wait_copies() {
 #endif
 }
 
-// Waits until `threads` threads (whole warps) have arrived at barrier `id` (1..15; 0 is __syncthreads'): two warps of
-// a block that share a token. Orders their shared-memory accesses like __syncthreads.
-__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Asks L2 for the line holding p (no register written, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.L2 [%0];\n" ::"l"(p));  // generic address: no state space named
@@ -247,16 +237,6 @@ __device__ __forceinline__ int stage_warp_pairs(uint32_t declined, int staged, F
 }
 
 // ---- Launch helpers ----------------------------------------------------------------------------------------
-
-// An experiment switch (docs/decisions.md): the variant the environment variable `variable` names, `off` when it
-// is unset or names none of `variants`.
-template <class E>
-E experiment_switch(const char* variable, std::initializer_list<std::pair<std::string_view, E>> variants, E off) {
-  if (const char* v = std::getenv(variable))
-    for (const auto& [name, value] : variants)
-      if (name == v) return value;
-  return off;
-}
 
 // The current device's multiprocessors (asked once per process: mhcdiff uses one device).
 inline int multiprocessor_count() {

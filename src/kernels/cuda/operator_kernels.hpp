@@ -39,11 +39,6 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // this device) from this many tokens on, and the exact forward's block rows loop over tokens (where prefetching
 // the next one matters) from this many on.
 int64_t compact_backward_min_tokens();
-
-// The experiment switch MHCDIFF_CUDA_BACKWARD=halves (backward_kernels.cu, docs/performance.md "What is still open"):
-// the compact exact backward with two warps per token, each taking half of every lane's steps. Off unless set.
-bool backward_halves_requested();
-int64_t backward_halves_launches();  // how many backward launches took it (for its test)
 int64_t exact_forward_looping_min_tokens();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
