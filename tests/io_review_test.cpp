@@ -389,6 +389,30 @@ TEST_F(IoReview, APathThroughADatasetOrALinkCycleSaysSo) {
   expect_refused("run relative.h5 -o out.h5",
                  {"/inputs/x is a link to y (/inputs/y), which links to x (/inputs/x): a cycle of soft links"},
                  {"does not exist"});
+  // "." parts are resolved as HDF5 does: ./x inside /inputs is /inputs/x itself (the cycle had been followed as
+  // /inputs/./x, /inputs/././x, ... for 64 hops, a 6 KB message).
+  write_inputs(dir.file("dot.h5"), inputs);
+  replace_link(dir.file("dot.h5"), "/inputs/x", [](hid_t f) {
+    ASSERT_GE(H5Lcreate_soft("./x", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+  });
+  expect_refused("run dot.h5 -o out.h5", {"/inputs/x is a link to ./x (/inputs/x): a cycle of soft links"});
+  // A chain that does reach a dataset, but through more soft links than HDF5 follows (16 by default), says so (it
+  // said "an object that cannot be opened"), and names its first hops and its last, not all 21.
+  write_inputs(dir.file("long.h5"), inputs);
+  {
+    const hid_t f = H5Fopen(dir.file("long.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lmove(f, "/inputs/x", f, "/realx", H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("/l0", f, "/inputs/x", H5P_DEFAULT, H5P_DEFAULT), 0);
+    for (int i = 0; i < 20; ++i)
+      ASSERT_GE(H5Lcreate_soft(i < 19 ? ("/l" + std::to_string(i + 1)).c_str() : "/realx", f,
+                               ("/l" + std::to_string(i)).c_str(), H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  expect_refused("run long.h5 -o out.h5",
+                 {"/inputs/x is a link to /l0, which links to /l1", "/l5, which links on through 14 more to /realx, "
+                  "which is an object, but through 21 soft links in a row, more than HDF5 follows (16)"},
+                 {"/l6", "/l18"});
   ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
   expect_refused("compare flat.h5:/inputs/x/out policy:hf --inputs good.h5", {"/inputs is a dataset, not a group"});
 }

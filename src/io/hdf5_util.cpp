@@ -317,35 +317,73 @@ std::string top_level_names(hid_t file) {
   return out;
 }
 
+namespace {
+
+// A link path as HDF5 resolves it: "." components and repeated slashes dropped ("/inputs/./x" is "/inputs/x").
+std::string normal_link_path(const std::string& path) {
+  std::string out = path.starts_with('/') ? "/" : "";
+  for (size_t begin = 0; begin <= path.size();) {
+    const size_t end = std::min(path.find('/', begin), path.size());
+    const std::string part = path.substr(begin, end - begin);
+    if (!part.empty() && part != ".") out += (out.empty() || out.ends_with('/') ? "" : "/") + part;
+    begin = end + 1;
+  }
+  return out.empty() ? "." : out;
+}
+
+}  // namespace
+
 std::string unusable_link_description(hid_t group, const char* name, const H5L_info_t& link) {
   if (auto external = external_link_target(group, name)) return *external;
-  // Follows the chain of soft links to where it fails, naming every hop: a missing object, an external link, or a
-  // link already passed (a cycle; one to itself included).
+  // Follows the chain of soft links to where it fails, naming its hops (the first few and the last): a missing
+  // object, an external link, a link already passed (a cycle; one to itself included), or more soft links in a
+  // row than HDF5 follows.
   static constexpr int kMaxHops = 64;
-  std::vector<std::string> passed{name};
+  static constexpr size_t kShownHops = 6;
+  std::vector<std::string> passed{normal_link_path(name)};
+  std::vector<std::string> hops;  // "target" or "target (resolved)"
   H5L_info_t info = link;
-  std::string text;
+  auto chain = [&](const std::string& ending) {
+    std::string text;
+    for (size_t i = 0; i < hops.size(); ++i) {
+      if (i == kShownHops && hops.size() > kShownHops + 1) {
+        text += fmt::format(", which links on through {} more to {}", hops.size() - kShownHops - 1, hops.back());
+        break;
+      }
+      text += fmt::format("{}{}", i == 0 ? "a link to " : ", which links to ", hops[i]);
+    }
+    return text + ending;
+  };
   for (int hop = 0; hop < kMaxHops; ++hop) {
-    const std::string& current = passed.back();
+    const std::string current = passed.back();
     std::vector<char> target(info.type == H5L_TYPE_SOFT ? info.u.val_size + 1 : 1, '\0');
-    if (info.type != H5L_TYPE_SOFT ||
-        H5Lget_val(group, current.c_str(), target.data(), target.size(), local_links()) < 0 || !target[0])
-      return text.empty() ? "a link to an object that cannot be opened"
-                          : text + ", which leads to an object that cannot be opened";
+    if (info.type != H5L_TYPE_SOFT) {
+      // The chain ends at an object after all: past HDF5's limit of soft links in a row (H5Pset_nlinks), or the
+      // object itself cannot be opened.
+      size_t limit = 0;
+      if (!hops.empty() && H5Pget_nlinks(local_links(), &limit) >= 0 && hops.size() > limit)
+        return chain(fmt::format(", which is an object, but through {} soft links in a row, more than HDF5 "
+                                 "follows ({}); link to it directly",
+                                 hops.size(), limit));
+      return hops.empty() ? "a link to an object that cannot be opened"
+                          : chain(", which leads to an object that cannot be opened");
+    }
+    if (H5Lget_val(group, current.c_str(), target.data(), target.size(), local_links()) < 0 || !target[0])
+      return hops.empty() ? "a link to an object that cannot be opened"
+                          : chain(", which leads to an object that cannot be opened");
     // A relative target is resolved from the group holding the link, not from `group`.
     const size_t slash = current.rfind('/');
-    const std::string resolved = target[0] == '/' || slash == std::string::npos
-                                     ? std::string(target.data())
-                                     : current.substr(0, slash + 1) + target.data();
-    text += fmt::format("{}{}", text.empty() ? "a link to " : ", which links to ", target.data());
-    if (resolved != target.data()) text += fmt::format(" ({})", resolved);
+    const std::string resolved = normal_link_path(
+        target[0] == '/' || slash == std::string::npos ? std::string(target.data())
+                                                       : current.substr(0, slash + 1) + target.data());
+    hops.push_back(resolved == target.data() ? resolved : fmt::format("{} ({})", target.data(), resolved));
     // A soft link to an external link is as far out of the file as the external link.
-    if (auto external = external_link_target(group, resolved)) return fmt::format("{}, which is {}", text, *external);
-    if (std::find(passed.begin(), passed.end(), resolved) != passed.end()) return text + ": a cycle of soft links";
-    if (H5Lget_info(group, resolved.c_str(), &info, local_links()) < 0) return text + ", which does not exist";
+    if (auto external = external_link_target(group, resolved)) return chain(", which is " + *external);
+    if (std::find(passed.begin(), passed.end(), resolved) != passed.end()) return chain(": a cycle of soft links");
+    if (H5Lget_info(group, resolved.c_str(), &info, local_links()) < 0) return chain(", which does not exist");
     passed.push_back(resolved);
   }
-  return fmt::format("{}, and on past {} soft links", text, kMaxHops);
+  return chain(fmt::format(", and on past {} soft links", kMaxHops));
 }
 
 std::optional<std::string> unusable_component(hid_t file, const std::string& path) {
