@@ -64,7 +64,8 @@ FileSideRecord file_side_record(const OutSource& src) {
 // Appends the tokens at `offsets` (into a window that holds `per_token` values a token) to dst; a window that is
 // all chosen tokens and the first of dst is moved, not copied.
 template <class T>
-void append_rows(std::vector<T>& dst, std::vector<T>&& window, int64_t per_token, const std::vector<int64_t>& offsets) {
+void append_rows(std::vector<T>& dst, std::vector<T>&& window, int64_t per_token,
+                 const std::vector<int64_t>& offsets) {
   if (dst.empty() && int64_t(offsets.size()) * per_token == int64_t(window.size())) {
     dst = std::move(window);
     return;
@@ -256,7 +257,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
         if (stores_f64(src.policy.desc))
           result = run_policy_cpu(src.policy.desc, slab.view(), false, {.threads = options.threads});
         else
-          result.out = read_out_slab(src, slab, int64_t(first), options.threads);
+          result.out = read_out_slab(src, slab, 0, options.threads);  // computed: no position in a file
         continue;
       }
       const bool twin = !sides[i].record->out_f64.empty();
