@@ -354,6 +354,10 @@ std::string unusable_link_description(hid_t group, const char* name, const H5L_i
     }
     return text + ending;
   };
+  auto cannot_open = [&] {
+    return hops.empty() ? std::string("a link to an object that cannot be opened")
+                        : chain(", which leads to an object that cannot be opened");
+  };
   for (int hop = 0; hop < kMaxHops; ++hop) {
     const std::string current = passed.back();
     std::vector<char> target(info.type == H5L_TYPE_SOFT ? info.u.val_size + 1 : 1, '\0');
@@ -365,12 +369,10 @@ std::string unusable_link_description(hid_t group, const char* name, const H5L_i
         return chain(fmt::format(", which is an object, but through {} soft links in a row, more than HDF5 "
                                  "follows ({}); link to it directly",
                                  hops.size(), limit));
-      return hops.empty() ? "a link to an object that cannot be opened"
-                          : chain(", which leads to an object that cannot be opened");
+      return cannot_open();
     }
     if (H5Lget_val(group, current.c_str(), target.data(), target.size(), local_links()) < 0 || !target[0])
-      return hops.empty() ? "a link to an object that cannot be opened"
-                          : chain(", which leads to an object that cannot be opened");
+      return cannot_open();
     // A relative target is resolved from the group holding the link, not from `group`.
     const size_t slash = current.rfind('/');
     const std::string resolved = normal_link_path(
