@@ -36,11 +36,13 @@ class CliIo : public ::testing::Test {
     EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
   }
 
-  // A value CLI11 refuses: exit 2 with CLI11's message (two lines: it adds "Run with --help …"), nothing written.
+  // A value CLI11 refuses: exit 2 with CLI11's message on one line (pointing to --help), nothing written.
   void expect_usage_error(const std::string& args, const char* must_mention) {
     const auto before = sorted_entries();
     const CliResult r = run_cli(dir, args);
     EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.error_lines(), 1) << "exactly one message expected, got:\n" << r.err;
+    EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(must_mention), std::string::npos) << "'" << must_mention << "' in: " << r.err;
     EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
   }
@@ -178,6 +180,20 @@ TEST_F(CliIo, SlabTokensOutOfRangeIsRefused) {
 // CLI11 said "A subcommand is required" for a misspelt command; the word is named now, with the list.
 TEST_F(CliIo, UnknownCommandIsNamed) {
   expect_refused("rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});
+  // after the global flags too
+  expect_refused("-q -v rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});
+}
+
+// An output name the filesystem takes (up to 255 bytes) was refused from 236 bytes on: the temp file's name adds 20.
+TEST_F(CliIo, AnOutputNameOfUpTo255BytesIsWritable) {
+  for (const size_t length : {size_t(235), size_t(236), size_t(255)}) {
+    const std::string name = std::string(length - 3, 'a') + ".h5";
+    const CliResult r = run_cli(dir, "run good.h5 -o " + name + " --policies hf");
+    EXPECT_EQ(r.exit_code, 0) << length << "\n" << r.err;
+    EXPECT_TRUE(std::filesystem::exists(dir.file(name))) << length;
+    std::filesystem::remove(dir.file(name));
+  }
+  expect_refused("run good.h5 -o " + std::string(253, 'a') + ".h5 --policies hf", {"name too long"});
 }
 
 TEST_F(CliIo, MissingDataset) {
@@ -385,6 +401,14 @@ TEST_F(CliIo, OutOfRangeOptionValuesAreUsageErrors) {
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --threads -1", "--threads");
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --reps 0", "--reps");
   expect_usage_error("bench --shape 4,2,8 --device cpu --policies hf --reps -3", "--reps");
+  // A count that is not a number is said to be one, not "out of range"; hex and signs are not counts either.
+  expect_usage_error("extract policy:hf policy:exact --inputs good.h5 -o x.h5 --worst abc", "'abc' is not a whole number");
+  expect_usage_error("extract policy:hf policy:exact --inputs good.h5 -o x.h5 --worst 0x10", "'0x10' is not a whole");
+  expect_usage_error("extract policy:hf policy:exact --inputs good.h5 -o x.h5 --worst 1.5", "'1.5' is not a whole");
+  expect_usage_error("compare policy:hf policy:exact --inputs good.h5 --top-k +3", "'+3' is not a whole number");
+  expect_usage_error("compare policy:hf policy:exact --inputs good.h5 --top-k 99999999999999999999",
+                     "99999999999999999999 is not in the range 0 to 10000");
+  expect_usage_error("golden regen good.h5 -o golden.h5 --repeat 0", "0 is not in the range 1 to 100");
   // Seeds outside 0..2^64-1 used to wrap or saturate to another seed's data (SPEC §7).
   for (const char* seed : {"-1", "18446744073709551616", "99999999999999999999999", "' -2'", "''", "1x"})
     expect_usage_error(std::string("gen --seed ") + seed + " -o s.h5", "--seed");
@@ -467,6 +491,48 @@ TEST_F(CliIo, AReportStandardOutputCannotTakeIsExit2AndNoReportFile) {
     EXPECT_NE(message.find(std::string("[warning] ") + file + " was written; its summary was not"), std::string::npos)
         << args << "\n" << message;
     EXPECT_TRUE(std::filesystem::exists(dir.file(file))) << args;
+  }
+}
+
+// Standard output a pipe whose reader is gone: `mhcdiff info res.h5 | head -0`. info, explain and fingerprint
+// died of SIGPIPE (exit 141, no word); a closed pipe is a failed write like a full disk. The reader's end is closed
+// before the child starts, so the first write fails every time.
+TEST_F(CliIo, AClosedPipeOnStandardOutputIsExit2WithOneLine) {
+  ASSERT_EQ(run_cli(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"info", "res.h5"},
+           {"explain", "good.h5", "--at", "0,0,0"},
+           {"fingerprint", "good.h5", "res.h5:hf"},
+           {"compare", "res.h5:hf", "policy:hf", "--inputs", "good.h5"}}) {
+    int out[2], err[2];
+    ASSERT_EQ(pipe(out), 0);
+    ASSERT_EQ(pipe(err), 0);
+    close(out[0]);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+      if (chdir(dir.path.c_str()) != 0) _exit(99);
+      std::vector<char*> argv{const_cast<char*>(MHCDIFF_BINARY), const_cast<char*>("-q")};
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(MHCDIFF_BINARY, argv.data());
+      _exit(98);
+    }
+    close(out[1]);
+    close(err[1]);
+    std::string message;
+    char buffer[4096];
+    for (ssize_t n; (n = read(err[0], buffer, sizeof buffer)) > 0;) message.append(buffer, size_t(n));
+    close(err[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << args[0] << ": killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << args[0] << "\n" << message;
+    EXPECT_NE(message.find("could not write to standard output: broken pipe"), std::string::npos)
+        << args[0] << "\n" << message;
+    EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << args[0] << "\n" << message;
   }
 }
 

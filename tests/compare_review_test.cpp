@@ -189,6 +189,26 @@ TEST_F(CompareReview, GoldenTolerancesMustParseCompletely) {
   }
 }
 
+// A golden file whose stored tensor has none of its four limits (all edited out) compared it with no gate, and a
+// tensor chosen with --tensors that the file does not gate (out_f64) passed with "no gate applied": both could not
+// fail the check, so both are input errors unless a command-line gate covers the tensor.
+TEST_F(CompareReview, GoldenCheckRefusesATensorNothingGates) {
+  std::filesystem::copy_file(dir->file("golden.h5"), dir->file("ungated.h5"),
+                             std::filesystem::copy_options::overwrite_existing);
+  for (const char* field : {"max_ulp", "max_mismatch_frac", "rel_l2", "norm_max", "set_by"})
+    delete_root_attribute(dir->file("ungated.h5"), (std::string("golden_tolerance.out.") + field).c_str());
+  // hf's out differs from the golden fp32-seeded out: with out ungated this exited 0.
+  expect_input_error(run_cli(*dir, "golden check policy:hf --golden ungated.h5"),
+                     {"ungated.h5", "stores out", "golden_tolerance.out.*"}, "all of out's limits deleted");
+
+  expect_input_error(run_cli(*dir, "golden check policy:fp32-seeded --golden golden.h5 --tensors out,out_f64"),
+                     {"golden.h5 holds no limits for out_f64", "--max-ulp"}, "--tensors out_f64 without a gate");
+  const CliResult gated =
+      run_cli(*dir, "golden check policy:exact --golden golden.h5 --tensors out,out_f64 --max-ulp 0");
+  EXPECT_EQ(gated.exit_code, 0) << gated.out << gated.err;
+  EXPECT_NE(gated.out.find("out_f64"), std::string::npos) << gated.out;
+}
+
 // Two groups whose out_f64 differ by `distance` ULP of binary64 at one element (1.0 and the double `distance`
 // steps above it).
 void write_f64_pair(const std::string& path, uint64_t distance) {

@@ -98,6 +98,10 @@ TEST(PolicyFile, RejectsBadFilesWithLineNumbers) {
   expect_error("name = \"a\"\ncoef bf16\n", "line 2");
   expect_error("coef = bf16\n", "no 'name");
   expect_error("name = \"all\"\n", "line 1");
+  // "." would name /results itself as an HDF5 path part (an internal error naming the temp file), ".." its parent.
+  expect_error("name = \".\"\n", "policy name '.' must");
+  expect_error("name = \"..\"\n", "policy name '..' must");
+  EXPECT_NO_THROW(parse_policy_text("name = \"v1.2\"\n", "my.policy"));
   expect_error("name = \"a\nb\"\n", "line 1");
   expect_error("name = \"a\"\ncoef = \"bf16\" trailing\n", "text after the closing quote of 'coef'");
   expect_error("name = \"a\"\ncoef = \"bf16\n", "unterminated string for 'coef'");

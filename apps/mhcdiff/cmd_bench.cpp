@@ -30,7 +30,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--policies", args->policies, "comma-separated policies; all = every built-in")->capture_default_str();
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--reps", args->reps, "timed runs per measurement (median); default 40 on the GPU, 3 on the CPU")
-      ->check(CLI::Range(1, 1000000));
+      ->check(whole_number_in(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed of the random inputs")->check(seed_check())->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
   cmd->add_flag("--no-backward", args->no_backward, "time the forward only");

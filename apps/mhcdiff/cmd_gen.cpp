@@ -44,7 +44,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
            ->capture_default_str(),
        "cancellation"}};
   cmd->add_option("--compress", args->compress, "shuffle+deflate level 0..9 (0: none)")
-      ->check(CLI::Range(0, 9))
+      ->check(whole_number_in(0, 9))
       ->capture_default_str();
   cmd->callback([args, knobs] {
     for (const auto& [option, preset] : knobs)

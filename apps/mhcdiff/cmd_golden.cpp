@@ -25,7 +25,7 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
   r->add_option("-o,--output", regen->output, "golden file to write")->required();
   r->add_option("--policies", regen->policies, "accepted policies; the first is the reference")->capture_default_str();
   r->add_option("--repeat", regen->repeat, "runs per policy (run-to-run spread widens the tolerances)")
-      ->check(CLI::Range(1, 100))
+      ->check(whole_number_in(1, 100))
       ->capture_default_str();
   r->add_flag("--force", regen->force, "overwrite an existing golden file");
   r->add_option("--device", regen->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();

@@ -7,7 +7,6 @@
 #include <stdio_ext.h>
 
 #include <charconv>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -26,7 +25,6 @@ struct CommandContext {
 // output failing then loses the summary, not the work, so it is a warning and the exit code stays 0 (exit 2 would
 // say that nothing was written). The unwritten text is discarded, so that main's final check of stdout passes.
 inline void print_summary_of_written_file(const std::string& text, const std::string& written) {
-  std::signal(SIGPIPE, SIG_IGN);  // a closed pipe is a failed write here (EPIPE), not a death by signal (exit 141)
   io::write_stdout(text);
   try {
     io::flush_stdout();
@@ -37,9 +35,28 @@ inline void print_summary_of_written_file(const std::string& text, const std::st
   }
 }
 
+// The check of an option that counts something: decimal digits (a leading '-' is read to say it is below the
+// range) within lo..hi. CLI::Range would call "abc" or "1.5" out of range and take "0x10" as 16.
+inline CLI::Validator whole_number_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const char* digits = text.data() + (!text.empty() && text.front() == '-');
+        const auto [next, ec] = std::from_chars(text.data(), end, value);
+        if (digits == end || *digits < '0' || *digits > '9' || next != end || (ec != std::errc() &&
+                                                                                 ec != std::errc::result_out_of_range))
+          return "'" + text + "' is not a whole number";
+        if (ec == std::errc::result_out_of_range || value < lo || value > hi)
+          return text + " is not in the range " + std::to_string(lo) + " to " + std::to_string(hi);
+        return "";
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
 // The check of every --threads option: run::require_thread_count's rule (0 = all cores, 1..run::kMaxThreads), as
 // CLI11's usage error (exit 2).
-inline CLI::Range thread_count_check() { return CLI::Range(0, run::kMaxThreads); }
+inline CLI::Validator thread_count_check() { return whole_number_in(0, run::kMaxThreads); }
 
 // The check of every --seed: decimal digits only, within 0..2^64 - 1. CLI11 would read "-1" or "2^64 + 1" into a
 // uint64_t by wrapping or saturating, so different seeds a user typed would give the same data (SPEC §7).

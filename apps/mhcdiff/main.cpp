@@ -42,12 +42,14 @@ int main(int argc, char** argv) {
   mhc::cli::add_extract_command(app, ctx);
   mhc::cli::add_bench_command(app, ctx);
 
-  // `mhcdiff nope` would get CLI11's "A subcommand is required": name the word it did not know instead.
-  if (argc > 1 && argv[1][0] != '-') {
+  // `mhcdiff nope` would get CLI11's "A subcommand is required": name the word it did not know instead. The global
+  // options before the command are flags without values, so the command is the first word without a '-'.
+  const auto word = std::find_if(argv + 1, argv + argc, [](const char* a) { return a[0] != '-'; });
+  if (word != argv + argc) {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
-    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
-      spdlog::error("unknown command '{}'; the commands are {} (mhcdiff --help)", mhc::report::one_line(argv[1]),
+    if (std::find(names.begin(), names.end(), *word) == names.end()) {
+      spdlog::error("unknown command '{}'; the commands are {} (mhcdiff --help)", mhc::report::one_line(*word),
                     fmt::join(names, ", "));
       return 2;
     }
@@ -57,8 +59,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     mhc::io::flush_stdout();  // a report lost to a full disk or a closed pipe is an error, not exit 0
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // One line like every other error (CLI11's own would add a second, "Run with --help ...").
+    std::string command = "mhcdiff ";  // with the subcommands parsed so far, e.g. "mhcdiff golden check "
+    for (const CLI::App* at = &app; !at->get_subcommands().empty(); at = at->get_subcommands().front())
+      command += at->get_subcommands().front()->get_name() + " ";
+    spdlog::error("{} ({}--help)", mhc::report::one_line(e.what()), command);
+    return 2;
   } catch (const mhc::InputError& e) {
     spdlog::error("{}", mhc::report::one_line(e.what()));  // names from files and arguments may hold newlines
     return 2;

@@ -271,6 +271,13 @@ GoldenSpec read_golden(const std::string& path) {
   }
   if (spec.reference.empty() || spec.tolerances.empty())
     throw InputError(fmt::format("{} has no golden_reference or no golden_tolerance.* attributes", path));
+  // regen writes limits for every tensor it stores, so a stored tensor without any was edited out of the gate: it
+  // would be compared with nothing to fail.
+  for (const auto& tensor : primary_tensors())
+    if (!tensors_with_limits.count(tensor) && f.exists("/results/" + spec.reference + "/" + tensor))
+      throw InputError(fmt::format("{}: the golden reference stores {}, but the file has no golden_tolerance.{}.* "
+                                   "limits for it (regen writes them for every tensor it stores; regenerate the file)",
+                                   path, tensor, tensor));
   return spec;
 }
 
@@ -310,6 +317,13 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
   if (opt.tensors.empty()) {
     // Compare exactly the tensors the golden file holds tolerances for; a candidate lacking one is an error.
     opt.tensors = checked;
+  } else {
+    // A tensor chosen with --tensors that neither the golden file nor an option gates could not fail the check.
+    for (const auto& tensor : opt.tensors)
+      if (std::find(checked.begin(), checked.end(), tensor) == checked.end() && opt.gates.for_tensor(tensor).empty())
+        throw InputError(fmt::format("{} holds no limits for {} (it gates {}); give a gate such as --max-ulp for it, "
+                                     "or leave it out of --tensors",
+                                     golden, tensor, fmt::join(checked, ", ")));
   }
   return run_compare(opt);
 }

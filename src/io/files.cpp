@@ -145,6 +145,10 @@ int stdout_write_errno = 0;  // the reason of the first write to standard output
 }  // namespace
 
 void write_stdout(const std::string& text) {
+  // A closed pipe is then a failed write (EPIPE), reported by flush_stdout as exit 2 with one message, not a death
+  // by signal (exit 141, no message). Whatever temp files are being written are removed as the error unwinds.
+  static const bool pipe_ignored = [] { return std::signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+  (void)pipe_ignored;
   errno = 0;
   if (std::fputs(text.c_str(), stdout) < 0 && stdout_write_errno == 0) stdout_write_errno = errno;
 }
@@ -256,8 +260,15 @@ AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, con
   const CheckedOutput checked = check_output(path, what, sources);
   target_ = checked.target;
   existed_ = checked.existed;
-  std::string templ = (target_.parent_path() / fmt::format(".{}.mhcdiff-tmp-XXXXXX", target_.filename().string()))
-                          .string();
+  // The temp file's name adds 20 bytes to the destination's; where that would pass the directory's limit on a
+  // name (NAME_MAX, 255 on most filesystems) a name the filesystem accepts must still be writable, so the
+  // destination's name is left out of it.
+  const std::string name = target_.filename().string();
+  const long name_max = pathconf(checked.dir.c_str(), _PC_NAME_MAX);
+  const std::string temp_name = name_max > 0 && name.size() + 20 > static_cast<size_t>(name_max)
+                                    ? std::string(".mhcdiff-tmp-XXXXXX")
+                                    : fmt::format(".{}.mhcdiff-tmp-XXXXXX", name);
+  std::string templ = (target_.parent_path() / temp_name).string();
   const int fd = mkstemp(templ.data());
   if (fd < 0)
     throw IoError(fmt::format("cannot write the {} {}: could not create a temp file in {} ({})", what, path,

@@ -79,6 +79,7 @@ class AtomicOutput {
 };
 
 // Writes text to standard output (stdio's buffer), keeping the system's reason when a write fails, for flush_stdout.
+// The first call ignores SIGPIPE, so that a closed pipe is such a failure rather than a silent exit 141.
 void write_stdout(const std::string& text);
 
 // Flushes standard output and throws IoError (one sentence with the system's reason) when anything written to it

@@ -109,7 +109,8 @@ std::string_view strip_comment(std::string_view line) {
 }
 
 bool valid_policy_name(const std::string& n) {
-  if (n.empty() || n == "all") return false;
+  // "." and ".." would name the results group itself or its parent as an HDF5 path part.
+  if (n.empty() || n == "all" || n == "." || n == "..") return false;
   return std::all_of(n.begin(), n.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '+';
   });
@@ -171,7 +172,7 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
     if (!seen.insert(key).second) fail(fmt::format("'{}' is given twice", key));
     if (key == "name") {
       if (!valid_policy_name(value))
-        fail(fmt::format("policy name '{}' must be non-empty letters, digits, '-', '_', '.', '+' (and not 'all')", value));
+        fail(fmt::format("policy name '{}' must be non-empty letters, digits, '-', '_', '.', '+' (and not 'all', '.' or '..')", value));
       policy.name = value;
       continue;
     }
