@@ -108,6 +108,11 @@ TEST(PolicyFile, RejectsBadFilesWithLineNumbers) {
   // A setting the order never reaches is an error, not a silent no-op.
   expect_error("name = \"a\"\norder = seeded\nmix_rounding = bf16\n", "no effect with order = seeded");
   EXPECT_NO_THROW(parse_policy_text("name = \"a\"\norder = mix-first\nmix_rounding = bf16\n", "my.policy"));
+  // exact rounds the real result once: every step setting beside it was silently ignored.
+  expect_error("name = \"a\"\naccumulator = exact\ncoef = bf16\norder = mix-first\n",
+               "coef, order have no effect with accumulator = exact");
+  expect_error("name = \"a\"\ncoef = fp32\naccumulator = exact\n", "coef has no effect with accumulator = exact");
+  EXPECT_NO_THROW(parse_policy_text("name = \"a\"\naccumulator = exact\nmodels = \"truth\"\n", "my.policy"));
   // A control byte (a binary file) is named by value, not echoed into the message.
   expect_error("name = \"a\"\n\x01\x02coef = bf16\n", "line 2: byte 0x01 is not text");
   expect_error(std::string("name = \"a\"\0\n", 12), "line 1: byte 0x00 is not text");

@@ -8,8 +8,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "io/errors.hpp"
 #include "io/files.hpp"
@@ -196,6 +198,17 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
     throw InputError(fmt::format("policy file {}: mix_rounding = bf16 has no effect with order = seeded (the seeded "
                                  "loop has no separate mix sum to round); use order = mix-first or mix-pairwise",
                                  source));
+  // The exact result is rounded once whatever the steps would have been: every step setting is ignored by it.
+  if (policy.desc.accumulator == Accumulator::exact) {
+    std::vector<std::string> ignored;
+    for (const Field& f : fields())
+      if (std::string(f.key) != "accumulator" && seen.count(f.key)) ignored.push_back(f.key);
+    if (!ignored.empty())
+      throw InputError(fmt::format("policy file {}: {} {} no effect with accumulator = exact (the exact result is "
+                                   "rounded once, whatever the steps); remove {}",
+                                   source, fmt::join(ignored, ", "), ignored.size() == 1 ? "has" : "have",
+                                   ignored.size() == 1 ? "it" : "them"));
+  }
   return policy;
 }
 
@@ -212,7 +225,9 @@ std::string format_policy_text(const Policy& policy) {
   std::string out = "# mhcdiff policy (docs/policy-file.md)\n";
   out += fmt::format("name = {}\n", quote(policy.name));
   if (!policy.models.empty()) out += fmt::format("models = {}\n", quote(policy.models));
-  for (const Field& f : fields()) out += fmt::format("{} = {}\n", f.key, f.get(policy.desc));
+  for (const Field& f : fields())
+    if (policy.desc.accumulator != Accumulator::exact || std::string(f.key) == "accumulator")
+      out += fmt::format("{} = {}\n", f.key, f.get(policy.desc));
   return out;
 }
 
