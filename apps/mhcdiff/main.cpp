@@ -73,7 +73,13 @@ int main(int argc, char** argv) {
     spdlog::error("{}", mhc::report::one_line(e.what()));
     return 2;
   } catch (const std::bad_alloc&) {
-    spdlog::error("not enough memory for this request (a smaller --shape, --slab-tokens or fewer policies at once)");
+    // What can make the request smaller depends on the command (only run has --slab-tokens).
+    const CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
+    const std::string name = sub ? sub->get_name() : "";
+    spdlog::error("not enough memory for this request{}",
+                  name == "run"                      ? " (a smaller --slab-tokens or fewer policies at once)"
+                  : name == "gen" || name == "bench" ? " (a smaller --shape)"
+                                                     : "");
     return 2;
   } catch (const std::exception& e) {
     spdlog::error("internal error: {}", mhc::report::one_line(e.what()));
