@@ -164,6 +164,35 @@ TEST_F(CliInvestigate, ExtractWritesAReproThatRunAndCompareAccept) {
   EXPECT_FALSE(std::filesystem::exists(path("none.h5")));
 }
 
+// A results group's out_f64 that is not out's binary64 twin (here three numbers) is left out of the repro, as
+// before, but no longer without a word: the repro's comparison then lacks it.
+TEST_F(CliInvestigate, ExtractSaysWhenAnOutF64IsNotATwin) {
+  std::filesystem::copy_file(path("res.h5"), path("odd_twin.h5"), std::filesystem::copy_options::overwrite_existing);
+  {
+    const hid_t file = H5Fopen(path("odd_twin.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    ASSERT_GE(H5Ldelete(file, "/results/exact/out_f64", H5P_DEFAULT), 0);
+    const hsize_t three = 3;
+    const double values[3] = {1.0, 2.0, 3.0};
+    const hid_t space = H5Screate_simple(1, &three, nullptr);
+    const hid_t ds = H5Dcreate2(file, "/results/exact/out_f64", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  const std::string repro = path("odd_repro.h5");
+  const Result x = mhcdiff_with_stderr("extract " + path("odd_twin.h5") + ":hf-bf16 " + path("odd_twin.h5") +
+                                       ":exact --inputs " + path("in.h5") + " --worst 2 -o " + repro);
+  ASSERT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("[warning] " + path("odd_twin.h5") + ":/results/exact/out_f64 is not the binary64 twin"),
+            std::string::npos)
+      << x.out;
+  EXPECT_EQ(mhcdiff("info " + repro).out.find("out_f64"), std::string::npos);
+}
+
 // extract's -o must replace none of the files it reads: the inputs, nor the file of either side (only the inputs
 // used to be checked, and `extract res.h5:hf-bf16 … -o res.h5` overwrote the candidate). Same file by any name.
 TEST_F(CliInvestigate, ExtractRefusesAnOutputThatIsOneOfItsSources) {

@@ -4,11 +4,13 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
 #include "metrics/comparison.hpp"
 #include "metrics/ulp.hpp"
+#include "report/text_safety.hpp"
 #include "run/thread_count.hpp"
 
 namespace mhc::investigate {
@@ -53,10 +55,13 @@ FileSideRecord file_side_record(const OutSource& src) {
       if (key == kept) rec.provenance.emplace_back(key, value);
   const std::string twin = src.dataset + "_f64";
   // The binary64 twin only where it is one (float64, out's dims): a dump's "out_f64" of another dtype is left out
-  // rather than failing the extract.
+  // rather than failing the extract, with a word, since the repro's comparison then lacks it.
   if (src.dataset.substr(slash + 1) == "out" && file.exists(twin)) {
     const io::TensorInfo info = file.info(twin);
     if (info.dtype == io::DType::f64 && info.dims == file.info(src.dataset).dims) rec.out_f64 = twin;
+    else
+      spdlog::warn("{}:{} is not the binary64 twin of {} (float64 of its shape); the repro leaves it out", src.path,
+                   report::one_line(twin), report::one_line(src.dataset));
   }
   return rec;
 }
