@@ -21,10 +21,27 @@ namespace {
 struct Walk {
   hid_t file;
   std::string text;
-  // Each group's object address and the first path it was described under: a hard link to a group above it
-  // (legal HDF5: h5py's f['back'] = f['/']) made the walk recurse forever; a second name of a group is shown as a
-  // pointer to the first instead.
-  std::map<haddr_t, std::string> groups_seen;
+  // The groups visited, as a tree of link names (node 0 is the root): a path is spelled out only where it is
+  // printed, since a full path per group takes memory growing with the square of the nesting depth (1.7 GB for
+  // 20 000 nested groups).
+  struct Node {
+    size_t parent;
+    std::string name;
+  };
+  std::vector<Node> nodes;
+  // Each group's object address and the node it was first described as: a hard link to a group above it (legal
+  // HDF5: h5py's f['back'] = f['/']) made the walk recurse forever; a second name of a group is shown as a pointer
+  // to the first instead.
+  std::map<haddr_t, size_t> groups_seen;
+
+  std::string path_of(size_t node) const {
+    if (node == 0) return "/";
+    std::vector<const std::string*> names;
+    for (; node != 0; node = nodes[node].parent) names.push_back(&nodes[node].name);
+    std::string path;
+    for (auto it = names.rbegin(); it != names.rend(); ++it) path += "/" + **it;
+    return path;
+  }
 };
 
 std::string human_bytes(double b) {
@@ -37,8 +54,10 @@ std::string human_bytes(double b) {
   return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.1f} {}", b, units[u]);
 }
 
-void describe_dataset(Walk& w, const std::string& path, const std::string& name) {
-  Handle ds(H5Dopen2(w.file, path.c_str(), detail::local_dataset_access()));
+// `name` in the open group `group` (opened by its link there: by its full path, a walk down nested groups cost
+// time growing with the cube of their depth).
+void describe_dataset(Walk& w, hid_t group, const std::string& name) {
+  Handle ds(H5Dopen2(group, name.c_str(), detail::local_dataset_access()));
   if (!ds.valid()) {
     w.text += fmt::format("  {:<20} (unreadable)\n", name);
     return;
@@ -79,7 +98,6 @@ void describe_attributes(Walk& w, hid_t object, const char* indent) {
     w.text += fmt::format("{}@{} = {}\n", indent, report::one_line(k), report::one_line(v));
 }
 
-void describe_group(Walk& w, const std::string& path, haddr_t address);
 
 struct Children {
   std::vector<std::pair<std::string, haddr_t>> groups;  // name, object address
@@ -101,19 +119,30 @@ herr_t sort_child(hid_t group, const char* name, const H5L_info_t* link, void* d
   return 0;
 }
 
-void describe_group(Walk& w, const std::string& path, haddr_t address) {
-  Handle g(H5Gopen2(w.file, path.c_str(), detail::local_group_access()));
-  if (!g.valid()) return;
-  w.groups_seen.emplace(address, path);
+// A group being described: its handle (its subgroups are opened through it) and the subgroups still to visit.
+struct OpenGroup {
+  Handle group;
+  size_t node;  // in Walk::nodes
+  std::vector<std::pair<std::string, haddr_t>> subgroups;  // name, object address; in listing order
+  size_t next = 0;
+};
+
+// Describes the group `link` of the open group `parent` (opened by that link, as datasets are), node `node` of the
+// walk: its attributes, datasets and unfollowed links. Returns it with its subgroups for the walk, or nothing when
+// it cannot be opened.
+std::optional<OpenGroup> describe_group(Walk& w, hid_t parent, const std::string& link, size_t node, haddr_t address) {
+  Handle g(H5Gopen2(parent, link.c_str(), detail::local_group_access()));
+  if (!g.valid()) return std::nullopt;
+  w.groups_seen.emplace(address, node);
   Children c;
   hsize_t idx = 0;
   H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, sort_child, &c);
   const bool has_attributes = !detail::attributes_as_text(g.get()).empty();
-  if (path != "/" && (has_attributes || !c.datasets.empty() || !c.unfollowed.empty())) {
-    w.text += fmt::format("\n{}\n", report::one_line(path));
+  if (node != 0 && (has_attributes || !c.datasets.empty() || !c.unfollowed.empty())) {
+    w.text += fmt::format("\n{}\n", report::one_line(w.path_of(node)));
     describe_attributes(w, g.get(), "  ");
   }
-  for (const std::string& d : c.datasets) describe_dataset(w, (path == "/" ? "" : path) + "/" + d, d);
+  for (const std::string& d : c.datasets) describe_dataset(w, g.get(), d);
   for (const auto& [name, what] : c.unfollowed)
     w.text += fmt::format("  {:<20} {}\n", report::one_line(name), report::one_line(what));
   // /inputs first, then /results and its policies, then anything else (name order).
@@ -121,13 +150,30 @@ void describe_group(Walk& w, const std::string& path, haddr_t address) {
     auto rank = [](const std::string& n) { return n == "inputs" ? 0 : n == "results" ? 1 : 2; };
     return rank(a.first) < rank(b.first);
   });
-  for (const auto& [sub, sub_address] : c.groups) {
-    const std::string sub_path = (path == "/" ? "" : path) + "/" + sub;
-    if (auto seen = w.groups_seen.find(sub_address); seen != w.groups_seen.end())
+  return OpenGroup{std::move(g), node, std::move(c.groups)};
+}
+
+// Every group under the root, depth first, each before its subgroups. A stack of open groups rather than recursion:
+// a file of 20 000 nested groups (a few hundred KB) overflowed the call stack.
+void describe_tree(Walk& w, haddr_t root_address) {
+  std::vector<OpenGroup> open;
+  w.nodes.push_back({0, ""});
+  if (auto root = describe_group(w, w.file, "/", 0, root_address)) open.push_back(std::move(*root));
+  while (!open.empty()) {
+    OpenGroup& top = open.back();
+    if (top.next == top.subgroups.size()) {
+      open.pop_back();
+      continue;
+    }
+    const auto [sub, sub_address] = top.subgroups[top.next++];
+    w.nodes.push_back({top.node, sub});
+    const size_t sub_node = w.nodes.size() - 1;
+    if (auto seen = w.groups_seen.find(sub_address); seen != w.groups_seen.end()) {
       w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n",
-                            report::one_line(sub_path), report::one_line(seen->second));
-    else
-      describe_group(w, sub_path, sub_address);
+                            report::one_line(w.path_of(sub_node)), report::one_line(w.path_of(seen->second)));
+    } else if (auto child = describe_group(w, top.group.get(), sub, sub_node, sub_address)) {
+      open.push_back(std::move(*child));  // `top` is not used after this
+    }
   }
 }
 
@@ -146,7 +192,7 @@ std::string describe_file(const std::string& path) {
     not_mhcdiff = e.what();
     if (not_mhcdiff.rfind(path + ": ", 0) == 0) not_mhcdiff.erase(0, path.size() + 2);
   }
-  Walk w{file.get(), {}, {}};
+  Walk w{file.get(), {}, {}, {}};
   hsize_t size = 0;
   H5Fget_filesize(file.get(), &size);
   w.text += fmt::format("{} ({})\n", report::one_line(path), human_bytes(double(size)));
@@ -175,7 +221,7 @@ std::string describe_file(const std::string& path) {
   H5O_info_t root;
   if (H5Oget_info2(file.get(), &root, H5O_INFO_BASIC) < 0)
     throw IoError(fmt::format("{}: cannot read its root group", path));
-  describe_group(w, "/", root.addr);
+  describe_tree(w, root.addr);
   return w.text;
 }
 
