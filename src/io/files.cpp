@@ -125,11 +125,19 @@ fs::path resolve_output(const fs::path& p0, bool& followed) {
 }  // namespace
 
 void report_crashes_as_input_errors() {
+  // The handler runs on a stack of its own, so that a crash by stack overflow (the main thread's) gets the message
+  // too instead of dying silently where the handler would have run.
+  static std::array<char, 64 * 1024> handler_stack;
+  stack_t alternate{};
+  alternate.ss_sp = handler_stack.data();
+  alternate.ss_size = handler_stack.size();
+  const bool on_own_stack = sigaltstack(&alternate, nullptr) == 0;
   for (int sig : {SIGSEGV, SIGBUS}) {
     struct sigaction action {};
     action.sa_handler = report_crash;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESETHAND;  // a crash inside the handler ends the process the default way
+    // SA_RESETHAND: a crash inside the handler ends the process the default way.
+    action.sa_flags = SA_RESETHAND | (on_own_stack ? SA_ONSTACK : 0);
     sigaction(sig, &action, nullptr);
   }
 }
