@@ -209,6 +209,29 @@ TEST_F(CompareReview, GoldenCheckRefusesATensorNothingGates) {
   EXPECT_NE(gated.out.find("out_f64"), std::string::npos) << gated.out;
 }
 
+// Results with neither an input_checksum nor /inputs (a dump) cannot be matched to the inputs: from other inputs
+// they failed the gates with nothing pointing at the cause. The comparison stands, with one warning saying so.
+TEST_F(CompareReview, ResultsThatCannotBeMatchedToTheInputsAreNamed) {
+  std::filesystem::copy_file(dir->file("res.h5"), dir->file("unmatched.h5"),
+                             std::filesystem::copy_options::overwrite_existing);
+  {
+    const hid_t f = H5Fopen(dir->file("unmatched.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Adelete_by_name(f, "/results/fp32-seeded", "input_checksum", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(f, "/inputs", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  const CliResult r = run_cli(*dir, "compare unmatched.h5:fp32-seeded policy:fp32-seeded --inputs in.h5 --max-ulp 0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("[warning] unmatched.h5:/results/fp32-seeded carries neither an input_checksum nor /inputs: "
+                       "that it was computed from in.h5 cannot be checked"),
+            std::string::npos)
+      << r.err;
+  const CliResult matched = run_cli(*dir, "compare res.h5:fp32-seeded policy:fp32-seeded --inputs in.h5 --max-ulp 0");
+  EXPECT_EQ(matched.exit_code, 0) << matched.err;
+  EXPECT_EQ(matched.err.find("[warning]"), std::string::npos) << matched.err;
+}
+
 // Two groups whose out_f64 differ by `distance` ULP of binary64 at one element (1.0 and the double `distance`
 // steps above it).
 void write_f64_pair(const std::string& path, uint64_t distance) {

@@ -11,6 +11,8 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 
 #include "io/files.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
@@ -567,6 +569,14 @@ CompareReport run_compare(const CompareOptions& opt) {
     io::require_computed_from(cand.label(), cand_inputs, opt.inputs, read);
     io::require_computed_from(ref.label(), ref_inputs, opt.inputs, read);
   }
+  // A file side with neither an input_checksum nor /inputs (a dump) cannot be matched to the inputs it is compared
+  // under: said once the comparison stands (an error stays the only line), since results of other inputs would then
+  // fail the gates with nothing pointing at the cause.
+  for (const auto& [side, checksum, other] :
+       {std::tuple{&cand, &cand_inputs, &ref_inputs}, std::tuple{&ref, &ref_inputs, &cand_inputs}})
+    if (side->file && checksum->empty() && (reader || !other->empty()))
+      spdlog::warn("{} carries neither an input_checksum nor /inputs: that it was computed from {} cannot be checked",
+                   side->label(), reader ? opt.inputs : "the same inputs as the other side");
 
   // ---- the report ----
   CompareReport rep;
