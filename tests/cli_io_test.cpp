@@ -536,6 +536,14 @@ TEST_F(CliIo, AClosedPipeOnStandardOutputIsExit2WithOneLine) {
   }
 }
 
+// bench allocated whatever --shape asked for: past the memory there is, overcommit let the allocations succeed and
+// the out-of-memory killer end the process. The CPU bench now compares its need with MemAvailable first.
+TEST_F(CliIo, ACpuBenchLargerThanTheMemoryIsRefusedUpFront) {
+  if (!std::filesystem::exists("/proc/meminfo")) GTEST_SKIP() << "no /proc/meminfo here";
+  expect_refused("bench --device cpu --policies hf --shape 1073741824,16,4096",
+                 {"bench --shape 1073741824,16,4096", "GB of memory needed on the CPU", "GB available"});
+}
+
 // A file damaged inside (eight bytes of its global heap overwritten, where the string attributes live) crashes
 // HDF5 1.10 itself (SIGSEGV; h5dump too). That was exit 139 with no word; it is now one line on stderr and exit 2,
 // with nothing written and an existing output untouched. (An HDF5 that reports the damage as an error instead gives

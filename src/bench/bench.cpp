@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <random>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -37,6 +40,25 @@ BenchRow make_row(const Shape& sh, const std::string& policy, bool backward, dou
   r.pct_of_copy = copy_gbps > 0 ? 100.0 * r.gbps / copy_gbps : 0;
   r.fallback_elements = fallbacks;
   return r;
+}
+
+// Bytes the CPU bench of `sh` holds at once: the inputs, the copy's two buffers and one policy's outputs.
+double cpu_bench_bytes(const Shape& sh, bool backward) {
+  const double tokens = double(sh.S), row = double(sh.H) * double(sh.D), weights = 4.0 * double(sh.H) * (1 + sh.H);
+  const double inputs = tokens * (2.0 * sh.D + 2.0 * row * (backward ? 2 : 1) + weights);
+  const double outputs = tokens * (2.0 * row + (backward ? 2.0 * sh.D + 2.0 * row + weights : 0.0));
+  return inputs + double(forward_bytes(sh)) + outputs;
+}
+
+// MemAvailable of /proc/meminfo in bytes; nothing where it cannot be read (not Linux).
+std::optional<double> available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024.0;
+  return std::nullopt;
 }
 
 // Peer-test style random inputs (x, r, g ~ N(0,1) in bf16, post ~ U[0,2), comb ~ U[0,1)).
@@ -77,7 +99,15 @@ double median_ms(int reps, F&& fn) {
 void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
   run::require_thread_count(opt.threads);
   const CpuOptions cpu{opt.threads, ExactBackend::boost};
+  const std::optional<double> available = available_memory_bytes();
   for (const Shape& sh : opt.shapes) {
+    // Refused up front: past the memory there is, the allocations would succeed (overcommit) and the kernel's
+    // out-of-memory killer end the process mid-run, or the machine would swap for hours.
+    const double needed = cpu_bench_bytes(sh, opt.backward);
+    if (available && needed > *available)
+      throw InputError(fmt::format("bench --shape {},{},{}: about {:.3g} GB of memory needed on the CPU, {:.3g} GB "
+                                   "available",
+                                   sh.S, sh.H, sh.D, needed / 1e9, *available / 1e9));
     const Inputs in = random_inputs(sh, opt.seed);
     std::vector<char> src(size_t(forward_bytes(sh) / 2), 1), dst(src.size());
     const double copy_ms = median_ms(reps, [&] { std::memcpy(dst.data(), src.data(), src.size()); });
