@@ -1,9 +1,10 @@
 #pragma once
 // Every CUDA runtime call is checked; a failure becomes CudaError (an internal error, not bad input),
-// naming the call and where it was made.
+// naming the call and where it was made. An allocation larger than the GPU's free memory is std::bad_alloc instead.
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -30,7 +31,17 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t count) : count_(count) {
-    if (count_) MHC_CUDA_CHECK(cudaMalloc(&ptr_, count_ * sizeof(T)));
+    if (!count_) return;
+    const cudaError_t status = cudaMalloc(&ptr_, count_ * sizeof(T));
+    if (status == cudaErrorMemoryAllocation) {
+      // A request larger than the GPU's free memory (a --shape or slab too large), not an internal error: the same
+      // exception as the host's, which the CLI reports as not enough memory. The error is not sticky; it is
+      // cleared so that no later check reports it again.
+      cudaGetLastError();
+      count_ = 0;
+      throw std::bad_alloc();
+    }
+    MHC_CUDA_CHECK(status);
   }
   ~DeviceBuffer() {
     if (ptr_) cudaFree(ptr_);  // no throw from a destructor; a failed free leaks at worst
