@@ -121,6 +121,13 @@ TEST_F(CliCompare, TruthAndCensusComeFromInputs) {
   const CliRun e = mhcdiff("compare res.h5:exact policy:exact --inputs in.h5 --max-mismatch 0");
   EXPECT_EQ(e.rc, 0) << e.out << e.err;
   EXPECT_NE(e.out.find("vs exact, candidate: 0 not correctly rounded"), std::string::npos) << e.out;
+  // A file's exact group as the reference is measured by the census too, as by the truth block (its census was
+  // left null while its truth block was filled); the computed exact policy alone is the truth, with null sides.
+  const CliRun file_ref = mhcdiff("compare res.h5:hf res.h5:exact --inputs in.h5 --tensors out --format json");
+  EXPECT_EQ(file_ref.out.find("\"reference\": null"), std::string::npos) << file_ref.out;
+  EXPECT_NE(file_ref.out.find("\"census\": {"), std::string::npos) << file_ref.out;
+  const CliRun policy_ref = mhcdiff("compare res.h5:hf policy:exact --inputs in.h5 --tensors out --format json");
+  EXPECT_NE(policy_ref.out.find("\"reference\": null"), std::string::npos) << policy_ref.out;
 }
 
 TEST_F(CliCompare, RelativeGateRanksPoliciesAgainstTheTruth) {

@@ -485,7 +485,9 @@ CompareReport run_compare(const CompareOptions& opt) {
     if (truth_here && relative) w->rel_truth.emplace(f);
     if (census && name == "out") {
       w->cand_census.emplace(opt.census_threshold);
-      if (!ref.exact) w->ref_census.emplace(opt.census_threshold);
+      // Like the truth block above: only the computed exact policy is the truth; a file's exact group is measured
+      // (a census of it shows whether it keeps every case, as the truth does).
+      if (!(ref.exact && ref.spec.is_policy)) w->ref_census.emplace(opt.census_threshold);
     }
     work.push_back(std::move(w));
   }
