@@ -165,7 +165,7 @@ TEST_F(CliInvestigate, ExtractWritesAReproThatRunAndCompareAccept) {
 }
 
 // A results group's out_f64 that is not out's binary64 twin (here three numbers) is left out of the repro, as
-// before, but no longer without a word: the repro's comparison then lacks it.
+// before, but no longer without a word (a note after the summary): the repro's comparison then lacks it.
 TEST_F(CliInvestigate, ExtractSaysWhenAnOutF64IsNotATwin) {
   std::filesystem::copy_file(path("res.h5"), path("odd_twin.h5"), std::filesystem::copy_options::overwrite_existing);
   {
@@ -187,7 +187,7 @@ TEST_F(CliInvestigate, ExtractSaysWhenAnOutF64IsNotATwin) {
   const Result x = mhcdiff_with_stderr("extract " + path("odd_twin.h5") + ":hf-bf16 " + path("odd_twin.h5") +
                                        ":exact --inputs " + path("in.h5") + " --worst 2 -o " + repro);
   ASSERT_EQ(x.code, 0) << x.out;
-  EXPECT_NE(x.out.find("[warning] " + path("odd_twin.h5") + ":/results/exact/out_f64 is not the binary64 twin"),
+  EXPECT_NE(x.out.find("  note: " + path("odd_twin.h5") + ":/results/exact/out_f64 is not the binary64 twin"),
             std::string::npos)
       << x.out;
   EXPECT_EQ(mhcdiff("info " + repro).out.find("out_f64"), std::string::npos);

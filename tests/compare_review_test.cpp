@@ -203,6 +203,9 @@ TEST_F(CompareReview, GoldenCheckRefusesATensorNothingGates) {
 
   expect_input_error(run_cli(*dir, "golden check policy:fp32-seeded --golden golden.h5 --tensors out,out_f64"),
                      {"golden.h5 holds no limits for out_f64", "--max-ulp"}, "--tensors out_f64 without a gate");
+  // A misspelt name is no tensor at all: said as such, not as one to give a gate.
+  expect_input_error(run_cli(*dir, "golden check policy:fp32-seeded --golden golden.h5 --tensors outt"),
+                     {"'outt', which is not a tensor mhcdiff compares"}, "--tensors outt");
   const CliResult gated =
       run_cli(*dir, "golden check policy:exact --golden golden.h5 --tensors out,out_f64 --max-ulp 0");
   EXPECT_EQ(gated.exit_code, 0) << gated.out << gated.err;
@@ -210,7 +213,7 @@ TEST_F(CompareReview, GoldenCheckRefusesATensorNothingGates) {
 }
 
 // Results with neither an input_checksum nor /inputs (a dump) cannot be matched to the inputs: from other inputs
-// they failed the gates with nothing pointing at the cause. The comparison stands, with one warning saying so.
+// they failed the gates with nothing pointing at the cause. The comparison stands; its report says so in a note.
 TEST_F(CompareReview, ResultsThatCannotBeMatchedToTheInputsAreNamed) {
   std::filesystem::copy_file(dir->file("res.h5"), dir->file("unmatched.h5"),
                              std::filesystem::copy_options::overwrite_existing);
@@ -223,13 +226,14 @@ TEST_F(CompareReview, ResultsThatCannotBeMatchedToTheInputsAreNamed) {
   }
   const CliResult r = run_cli(*dir, "compare unmatched.h5:fp32-seeded policy:fp32-seeded --inputs in.h5 --max-ulp 0");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("[warning] unmatched.h5:/results/fp32-seeded carries neither an input_checksum nor /inputs: "
-                       "that it was computed from in.h5 cannot be checked"),
+  EXPECT_NE(r.out.find("note: unmatched.h5:/results/fp32-seeded has no input_checksum and no readable /inputs: that "
+                       "it was computed from in.h5 is not checked"),
             std::string::npos)
-      << r.err;
+      << r.out;
+  EXPECT_EQ(r.err, "");
   const CliResult matched = run_cli(*dir, "compare res.h5:fp32-seeded policy:fp32-seeded --inputs in.h5 --max-ulp 0");
   EXPECT_EQ(matched.exit_code, 0) << matched.err;
-  EXPECT_EQ(matched.err.find("[warning]"), std::string::npos) << matched.err;
+  EXPECT_EQ(matched.out.find("input_checksum"), std::string::npos) << matched.out;
 }
 
 // Two groups whose out_f64 differ by `distance` ULP of binary64 at one element (1.0 and the double `distance`

@@ -52,6 +52,7 @@ void add_extract_command(CLI::App& app, CommandContext&) {
     for (const auto& t : s.written)
       out += fmt::format("  token {:>8}: max {} ULP, {} of {} elements differ\n", t.token, report::ulp(t.max_ulp),
                          t.mismatched, s.source_shape.H * s.source_shape.D);
+    for (const auto& note : s.notes) out += fmt::format("  note: {}\n", report::one_line(note));
     print_summary_of_written_file(out, args->output);
   });
 }

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <stdio_ext.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -35,19 +36,31 @@ inline void print_summary_of_written_file(const std::string& text, const std::st
   }
 }
 
-// The check of an option that counts something: decimal digits (a leading '-' is read to say it is below the
-// range) within lo..hi. CLI::Range would call "abc" or "1.5" out of range and take "0x10" as 16.
-inline CLI::Validator whole_number_in(int64_t lo, int64_t hi) {
+// The one reading of a count the user types (seeds, count options, count limits): decimal digits only, no sign,
+// blank, base prefix, fraction or exponent (CLI11 and std::stoull take "0x10", " 3" or "-1" and wrap or saturate).
+struct Digits {
+  bool digits = false;     // the text is one or more decimal digits and nothing else
+  bool too_large = false;  // ... spelling a number past 2^64 - 1
+  uint64_t value = 0;
+};
+inline Digits read_digits(const std::string& text) {
+  Digits d;
+  d.digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!d.digits) return d;
+  const auto [next, ec] = std::from_chars(text.data(), text.data() + text.size(), d.value);
+  d.too_large = ec == std::errc::result_out_of_range;
+  return d;
+}
+
+// The check of an option that counts something, within lo..hi (lo >= 0). CLI::Range would call "abc" or "1.5"
+// out of range and take "0x10" as 16; a negative number is out of the range.
+inline CLI::Validator whole_number_in(uint64_t lo, uint64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
-        int64_t value = 0;
-        const char* end = text.data() + text.size();
-        const char* digits = text.data() + (!text.empty() && text.front() == '-');
-        const auto [next, ec] = std::from_chars(text.data(), end, value);
-        if (digits == end || *digits < '0' || *digits > '9' || next != end || (ec != std::errc() &&
-                                                                                 ec != std::errc::result_out_of_range))
-          return "'" + text + "' is not a whole number";
-        if (ec == std::errc::result_out_of_range || value < lo || value > hi)
+        const bool negative = text.size() > 1 && text.front() == '-' && read_digits(text.substr(1)).digits;
+        const Digits d = read_digits(text);
+        if (!d.digits && !negative) return "'" + text + "' is not a whole number";
+        if (negative || d.too_large || d.value < lo || d.value > hi)
           return text + " is not in the range " + std::to_string(lo) + " to " + std::to_string(hi);
         return "";
       },
@@ -58,16 +71,13 @@ inline CLI::Validator whole_number_in(int64_t lo, int64_t hi) {
 // CLI11's usage error (exit 2).
 inline CLI::Validator thread_count_check() { return whole_number_in(0, run::kMaxThreads); }
 
-// The check of every --seed: decimal digits only, within 0..2^64 - 1. CLI11 would read "-1" or "2^64 + 1" into a
-// uint64_t by wrapping or saturating, so different seeds a user typed would give the same data (SPEC §7).
+// The check of every --seed: 0..2^64 - 1 (read_digits), so that different seeds a user typed never give the same
+// data (SPEC §7).
 inline CLI::Validator seed_check() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        uint64_t value = 0;
-        const char* end = text.data() + text.size();
-        const auto [next, ec] = std::from_chars(text.data(), end, value);
-        if (text.empty() || text.front() < '0' || text.front() > '9' || ec != std::errc() || next != end)
-          return "a seed is an integer from 0 to 18446744073709551615, got '" + text + "'";
+        const Digits d = read_digits(text);
+        if (!d.digits || d.too_large) return "a seed is an integer from 0 to 18446744073709551615, got '" + text + "'";
         return "";
       },
       "0..2^64-1");

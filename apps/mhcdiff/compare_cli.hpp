@@ -111,14 +111,11 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
 // (a negative count used to wrap to 2^64 − 3 when read as unsigned, and to be capped when read as int64).
 inline uint64_t parse_whole_number(const std::string& option, const std::string& text) {
   if (!text.empty() && text[0] == '-') throw InputError(fmt::format("{} {} must be at least 0", option, text));
-  uint64_t v = 0;
-  const char* end = text.data() + text.size();
-  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (!digits || ec != std::errc() || ptr != end)
+  const Digits d = read_digits(text);
+  if (!d.digits || d.too_large)
     throw InputError(fmt::format("{} {}: expected a whole number from 0 to {}", option, text,
                                  std::numeric_limits<uint64_t>::max()));
-  return v;
+  return d.value;
 }
 
 // "off" / "none" disables a defaulted gate; anything else must be a finite non-negative number.

@@ -42,10 +42,11 @@ BenchRow make_row(const Shape& sh, const std::string& policy, bool backward, dou
   return r;
 }
 
-// Bytes the CPU bench of `sh` holds at once: the inputs, the copy's two buffers and one policy's outputs.
+// Bytes the CPU bench of `sh` holds at once: the inputs (random_inputs fills grad_out too), the copy's two buffers
+// and one policy's outputs.
 double cpu_bench_bytes(const Shape& sh, bool backward) {
   const double tokens = double(sh.S), row = double(sh.H) * double(sh.D), weights = 4.0 * double(sh.H) * (1 + sh.H);
-  const double inputs = tokens * (2.0 * sh.D + 2.0 * row * (backward ? 2 : 1) + weights);
+  const double inputs = tokens * (2.0 * sh.D + 2.0 * 2.0 * row + weights);
   const double outputs = tokens * (2.0 * row + (backward ? 2.0 * sh.D + 2.0 * row + weights : 0.0));
   return inputs + double(forward_bytes(sh)) + outputs;
 }
@@ -99,15 +100,15 @@ double median_ms(int reps, F&& fn) {
 void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
   run::require_thread_count(opt.threads);
   const CpuOptions cpu{opt.threads, ExactBackend::boost};
-  const std::optional<double> available = available_memory_bytes();
+  // Every shape is checked before any is timed: past the memory there is, the allocations would succeed
+  // (overcommit) and the kernel's out-of-memory killer end the process mid-run, or the machine would swap for hours.
+  if (const std::optional<double> available = available_memory_bytes())
+    for (const Shape& sh : opt.shapes)
+      if (const double needed = cpu_bench_bytes(sh, opt.backward); needed > *available)
+        throw InputError(fmt::format("bench --shape {},{},{}: about {:.3g} GB of memory needed on the CPU, {:.3g} GB "
+                                     "available",
+                                     sh.S, sh.H, sh.D, needed / 1e9, *available / 1e9));
   for (const Shape& sh : opt.shapes) {
-    // Refused up front: past the memory there is, the allocations would succeed (overcommit) and the kernel's
-    // out-of-memory killer end the process mid-run, or the machine would swap for hours.
-    const double needed = cpu_bench_bytes(sh, opt.backward);
-    if (available && needed > *available)
-      throw InputError(fmt::format("bench --shape {},{},{}: about {:.3g} GB of memory needed on the CPU, {:.3g} GB "
-                                   "available",
-                                   sh.S, sh.H, sh.D, needed / 1e9, *available / 1e9));
     const Inputs in = random_inputs(sh, opt.seed);
     std::vector<char> src(size_t(forward_bytes(sh) / 2), 1), dst(src.size());
     const double copy_ms = median_ms(reps, [&] { std::memcpy(dst.data(), src.data(), src.size()); });

@@ -31,13 +31,13 @@ const std::vector<std::string>& primary_tensors() {
   return names;
 }
 
-namespace {
-
 bool is_known_tensor(const std::string& name) {
   for (const auto& p : primary_tensors())
     if (name == p || name == p + "_f64") return true;
   return false;
 }
+
+namespace {
 
 bool is_f64_name(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, "_f64") == 0; }
 
@@ -571,14 +571,6 @@ CompareReport run_compare(const CompareOptions& opt) {
     io::require_computed_from(cand.label(), cand_inputs, opt.inputs, read);
     io::require_computed_from(ref.label(), ref_inputs, opt.inputs, read);
   }
-  // A file side with neither an input_checksum nor /inputs (a dump) cannot be matched to the inputs it is compared
-  // under: said once the comparison stands (an error stays the only line), since results of other inputs would then
-  // fail the gates with nothing pointing at the cause.
-  for (const auto& [side, checksum, other] :
-       {std::tuple{&cand, &cand_inputs, &ref_inputs}, std::tuple{&ref, &ref_inputs, &cand_inputs}})
-    if (side->file && checksum->empty() && (reader || !other->empty()))
-      spdlog::warn("{} carries neither an input_checksum nor /inputs: that it was computed from {} cannot be checked",
-                   side->label(), reader ? opt.inputs : "the same inputs as the other side");
 
   // ---- the report ----
   CompareReport rep;
@@ -589,6 +581,15 @@ CompareReport run_compare(const CompareOptions& opt) {
   rep.inputs = opt.inputs;
   rep.truth = truth_text;
   rep.census_threshold = opt.census_threshold;
+  // A file side with no input_checksum and no /inputs mhcdiff can read (a dump) cannot be matched to the inputs it
+  // is compared under: the report says so, since results of other inputs would then fail the gates with nothing
+  // pointing at the cause.
+  for (const auto& [side, checksum, other] :
+       {std::tuple{&cand, &cand_inputs, &ref_inputs}, std::tuple{&ref, &ref_inputs, &cand_inputs}})
+    if (side->file && checksum->empty() && (reader || !other->empty()))
+      rep.notes.push_back(fmt::format("{} has no input_checksum and no readable /inputs: that it was computed from {} "
+                                      "is not checked",
+                                      side->label(), reader ? opt.inputs : "the same inputs as the other side"));
   // golden check has no --inputs: it reads the golden file's own when a gate needs them.
   const bool golden = opt.mode == "golden check";
   if (truth_text.empty())

@@ -26,6 +26,8 @@ SideSpec parse_side(const std::string& text);
 
 // The tensors mhcdiff compares by default (their *_f64 twins are compared only when named in --tensors).
 const std::vector<std::string>& primary_tensors();
+// A primary tensor or its binary64 twin (`out`, `out_f64`, ...): the names --tensors takes.
+bool is_known_tensor(const std::string& name);
 
 struct CompareOptions {
   std::string candidate;

@@ -4,13 +4,11 @@
 #include <optional>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
 #include "metrics/comparison.hpp"
 #include "metrics/ulp.hpp"
-#include "report/text_safety.hpp"
 #include "run/thread_count.hpp"
 
 namespace mhc::investigate {
@@ -41,6 +39,7 @@ std::string group_name(const OutSource& src, const char* fallback) {
 struct FileSideRecord {
   std::vector<std::pair<std::string, std::string>> provenance;  // the attributes `run` writes, as found
   std::string out_f64;                                          // the twin dataset, "" when there is none
+  std::string note;                                             // an out_f64 that is no twin, left out
 };
 
 FileSideRecord file_side_record(const OutSource& src) {
@@ -60,8 +59,8 @@ FileSideRecord file_side_record(const OutSource& src) {
     const io::TensorInfo info = file.info(twin);
     if (info.dtype == io::DType::f64 && info.dims == file.info(src.dataset).dims) rec.out_f64 = twin;
     else
-      spdlog::warn("{}:{} is not the binary64 twin of {} (float64 of its shape); the repro leaves it out", src.path,
-                   report::one_line(twin), report::one_line(src.dataset));
+      rec.note = fmt::format("{}:{} is not the binary64 twin of {} (float64 of its shape); the repro leaves it out",
+                             src.path, twin, src.dataset);
   }
   return rec;
 }
@@ -204,6 +203,8 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
     summary.reference_group += "-reference";
   }
   const FileSideRecord cand_record = file_side_record(candidate), ref_record = file_side_record(reference);
+  for (const FileSideRecord* record : {&cand_record, &ref_record})
+    if (!record->note.empty()) summary.notes.push_back(record->note);
   io::ResultWriter writer(output, sources);
   writer.declare_inputs(repro_shape, reader.has_grad());
   writer.describe_inputs(inputs_path, checksum.hex(), census);

@@ -31,6 +31,7 @@ struct ExtractSummary {
   Shape source_shape;
   std::vector<TokenScore> written;  // the tokens written, worst first (empty: the sides agree everywhere)
   std::string candidate_group, reference_group;
+  std::vector<std::string> notes;  // what the repro leaves out of a side, and why (printed after the summary)
 };
 
 // Distance in bf16 ULPs between two bf16 values (the count of representable values between them; NaN vs NaN 0,

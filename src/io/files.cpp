@@ -21,8 +21,9 @@ namespace fs = std::filesystem;
 
 // ---- temp files removed on the signals that end a process --------------------------------------------------
 // A killed run must not leave its temp file behind. SIGKILL cannot be caught (its temp file, named
-// .<output>.mhcdiff-tmp-XXXXXX, stays; the destination is intact either way); the catchable signals whose default
-// ends the process (Ctrl-C, kill, a closed terminal, Ctrl-\\, a closed pipe on stdout, timers, CPU limits) unlink
+// .<output>.mhcdiff-tmp-XXXXXX or, for a name near the directory's limit, .mhcdiff-tmp-XXXXXX, stays; the
+// destination is intact either way); the catchable signals whose default ends the process (Ctrl-C, kill, a closed
+// terminal, Ctrl-\\, a closed pipe on stderr, timers, CPU limits; stdout's closed pipe is ignored) unlink
 // every registered temp file and then die with the default action. SIGXFSZ is ignored instead: past the file size
 // limit (ulimit -f) a write then fails with EFBIG, which the writers report as one sentence, exit 2, with the temp
 // file removed; by default the signal killed the process silently (exit 153) and left the temp file. Fixed-size
@@ -197,6 +198,7 @@ namespace {
 struct CheckedOutput {
   fs::path target, dir;  // dir: as the user wrote it (as the link points, when one was followed)
   bool existed = false;
+  long name_max = -1;  // the directory's limit on a name (NAME_MAX), -1 when it cannot say
 };
 
 CheckedOutput check_output(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources) {
@@ -238,6 +240,11 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
     refuse(fmt::format("directory {} does not exist", out.dir.string()));
   }
   if (access(out.dir.c_str(), W_OK | X_OK) != 0) refuse(fmt::format("directory {} is not writable", out.dir.string()));
+  // A name the directory cannot hold would otherwise fail only at the rename, after all the work.
+  out.name_max = pathconf(out.dir.c_str(), _PC_NAME_MAX);
+  if (const size_t length = out.target.filename().string().size(); out.name_max > 0 && length > size_t(out.name_max))
+    refuse(fmt::format("{} (its name is {} bytes; the directory takes at most {})", system_reason(ENAMETOOLONG), length,
+                       out.name_max));
   if (out.existed && access(out.target.c_str(), W_OK) != 0) refuse("the existing file is not writable" + via);
   return out;
 }
@@ -272,8 +279,7 @@ AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, con
   // name (NAME_MAX, 255 on most filesystems) a name the filesystem accepts must still be writable, so the
   // destination's name is left out of it.
   const std::string name = target_.filename().string();
-  const long name_max = pathconf(checked.dir.c_str(), _PC_NAME_MAX);
-  const std::string temp_name = name_max > 0 && name.size() + 20 > static_cast<size_t>(name_max)
+  const std::string temp_name = checked.name_max > 0 && name.size() + 20 > static_cast<size_t>(checked.name_max)
                                     ? std::string(".mhcdiff-tmp-XXXXXX")
                                     : fmt::format(".{}.mhcdiff-tmp-XXXXXX", name);
   std::string templ = (target_.parent_path() / temp_name).string();

@@ -48,9 +48,10 @@ void report_crashes_as_input_errors();
 // file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,
 // e.g. "output" or "report"): an empty path; a directory; an existing path that is not a regular file (a device
 // node, a FIFO: never replaced); a path that is the same file as one of `sources`; a missing or unwritable
-// directory; an existing file that is not writable. A symlink is written through: its target gets the content
-// and the link stays. The temp file `.<name>.mhcdiff-tmp-XXXXXX` (mode 0666 & ~umask) is removed by the
-// destructor unless commit() ran, and by the catchable signals that end a process (files.cpp).
+// directory; an existing file that is not writable; a name longer than the directory takes. A symlink is written
+// through: its target gets the content and the link stays. The temp file `.<name>.mhcdiff-tmp-XXXXXX`
+// (`.mhcdiff-tmp-XXXXXX` where the name is within 20 bytes of the directory's limit; mode 0666 & ~umask) is
+// removed by the destructor unless commit() ran, and by the catchable signals that end a process (files.cpp).
 class AtomicOutput {
  public:
   AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {});
