@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 namespace mhc::io {
 
@@ -275,14 +276,13 @@ AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, con
   const CheckedOutput checked = check_output(path, what, sources);
   target_ = checked.target;
   existed_ = checked.existed;
-  // The temp file's name adds 20 bytes to the destination's; where that would pass the directory's limit on a
-  // name (NAME_MAX, 255 on most filesystems) a name the filesystem accepts must still be writable, so the
-  // destination's name is left out of it.
+  // The temp file is named ".<name>" + kTempSuffix; where that would pass the directory's limit on a name
+  // (NAME_MAX, 255 on most filesystems) a name the filesystem accepts must still be writable, so the destination's
+  // name is left out of it.
+  constexpr std::string_view kTempSuffix = ".mhcdiff-tmp-XXXXXX";
   const std::string name = target_.filename().string();
-  const std::string temp_name = checked.name_max > 0 && name.size() + 20 > static_cast<size_t>(checked.name_max)
-                                    ? std::string(".mhcdiff-tmp-XXXXXX")
-                                    : fmt::format(".{}.mhcdiff-tmp-XXXXXX", name);
-  std::string templ = (target_.parent_path() / temp_name).string();
+  const bool too_long = checked.name_max > 0 && 1 + name.size() + kTempSuffix.size() > size_t(checked.name_max);
+  std::string templ = (target_.parent_path() / ((too_long ? "" : "." + name) + std::string(kTempSuffix))).string();
   const int fd = mkstemp(templ.data());
   if (fd < 0)
     throw IoError(fmt::format("cannot write the {} {}: could not create a temp file in {} ({})", what, path,
