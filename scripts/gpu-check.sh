@@ -10,7 +10,9 @@
 #          16384,4,4096 and 4096,4,4096, medians summarised, every shape benched with each variant; AB_TEST=FILTER
 #          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
-#          TORCH_TIMEOUT). WAVES=1 adds a scan of the exact and fp64 kernels over S (whole and partial waves).
+#          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
+#          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
+#          kernels over S (whole and partial waves).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -71,6 +73,13 @@ for shape in sorted({s for _, s in rows}):
                   f"  {100 * (ms / base - 1):+5.1f} % vs default  ({len(v)} rounds)")
 PY
 }
+# SASS=PATTERN: the machine code of every kernel whose mangled name contains PATTERN (cuobjdump), with a count of
+# each opcode per kernel and in its hottest loop (the largest backward branch's body), for instruction budgets.
+if [[ -n "${SASS:-}" ]]; then
+  stage "sass ($SASS)"
+  cuobjdump -sass "$MHCDIFF" 2>&1 | python3 scripts/sass_summary.py "$SASS" "$OUT/sass" | tee -a "$OUT/summary.log"
+fi
+
 # ONLY_SANITIZERS=1: build, then only the sanitizer stages (a second device call after one with SKIP_SANITIZER=1,
 # when both do not fit one call's time limit).
 tests_rc=0
@@ -123,8 +132,8 @@ PY
   if [[ -n "${AB:-}" ]]; then
     read -r -a ab <<<"$AB"
     ab_experiment experiment "${ab[@]}"
-    # Every benchmarked shape with each variant, for the table if one is adopted.
-    for variant in "${ab[@]:2}"; do
+    # Every benchmarked shape with each variant, for the table if one is adopted (SKIP_AB_BENCH=1: not yet).
+    for variant in $([[ -z "${SKIP_AB_BENCH:-}" ]] && echo "${ab[@]:2}"); do
       env "${ab[0]}=$variant" timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
         >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
       echo "bench $variant rc=$?" | tee -a "$OUT/summary.log"

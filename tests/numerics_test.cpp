@@ -376,6 +376,94 @@ TEST(ExactFilter, HandDerivedCases) {
   EXPECT_EQ(scaled_value(0x80000000u), -0.0);
 }
 
+// exact_chain_window / exact_chain_spread (the experiment MHCDIFF_CUDA_BACKWARD=chains): blocks of 8 sums of n terms
+// share the weights, and the spread is taken over all their values, as a lane step's. Whenever the certificate holds,
+// every binary64 chain must be the exact sum itself (Boost, 600 bits: exact for these terms), its zero's sign the
+// certified path's, so that RNb of it is the answer. On randn-like blocks it must hold almost always; with a wide
+// exponent range it must also decline, and some declined chains must really round.
+TEST(ExactChains, CertifiedChainsAreExact) {
+  using big = boost::multiprecision::number<boost::multiprecision::cpp_bin_float<600>>;
+  std::mt19937_64 rng(2207);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> unit;
+  std::uniform_int_distribution<int> expo(-40, 40), pick(0, 9);
+  int64_t blocks[3] = {}, certified[3] = {}, rounded_declined = 0;
+  for (int trial = 0; trial < 24000; ++trial) {
+    const int kind = trial % 3;  // 0: randn-like; 1: wide exponents; 2: zeros, subnormals and signed zeros
+    const int n = std::vector<int>{1, 2, 4, 8, 16}[trial % 5];
+    std::vector<float> a(n);
+    for (float& x : a) {
+      x = kind == 1 ? std::ldexp(unit(rng), expo(rng)) : 2.0f * unit(rng) - (kind == 2 ? 1.0f : 0.0f);
+      if (kind == 2 && pick(rng) == 0) x = pick(rng) < 5 ? -0.0f : 0x1p-140f;
+    }
+    std::vector<float> b(8 * n);
+    uint32_t largest = 0, smallest = 0x8000;
+    for (float& v : b) {
+      v = normal(rng);
+      if (kind == 1) v = std::ldexp(v, expo(rng) / 4);
+      if (kind == 2 && pick(rng) == 0) v = pick(rng) < 5 ? -0.0f : std::ldexp(v, -130);
+      v = bf16_to_float(round_to_bf16_rne(v));
+      const uint32_t m = round_to_bf16_rne(v) & 0x7fffu;
+      largest = std::max(largest, m);
+      if (m != 0) smallest = std::min(smallest, m);
+    }
+    ++blocks[kind];
+    const bool ok = exact_chain_spread(largest, smallest) <= exact_chain_window(a.data(), n);
+    certified[kind] += ok;
+    for (int e = 0; e < 8; ++e) {
+      const float* g = &b[e * n];
+      ExactBf16Filter f;
+      f.first(a[0], g[0]);
+      for (int i = 1; i < n; ++i) f.add(a[i], g[i]);
+      big exact = 0;
+      std::vector<double> terms;
+      for (int i = 0; i < n; ++i) {
+        exact += big(a[i]) * big(g[i]);
+        terms.push_back(double(a[i]) * double(g[i]));
+      }
+      if (!ok) {
+        rounded_declined += big(f.s) != exact;
+        continue;
+      }
+      ASSERT_EQ(big(f.s), exact) << "trial " << trial << " n " << n << " element " << e;
+      const ExactRounded certified_sum = exact_sum_multiprecision(terms);
+      ASSERT_EQ(double_bits(f.s), double_bits(certified_sum.rn64)) << "trial " << trial << " (signed zero)";
+      ASSERT_EQ(round_to_bf16_rne(f.s), certified_sum.bf16());
+    }
+  }
+  EXPECT_GE(certified[0], blocks[0] * 97 / 100) << "randn-like blocks are certified";  // 98.4 % at n = 1..16
+  EXPECT_LT(certified[1], blocks[1] * 9 / 10) << "wide exponents are declined";
+  EXPECT_GT(certified[2], blocks[2] / 10);  // 26 %: the 2^-130 values widen the spread
+  EXPECT_GT(rounded_declined, 100) << "declined chains do round";
+}
+
+// Hand-derived windows and spreads. Weights 1 + 2^-23 (lowest bit 2^-23, largest exponent 0) at n = 2: window
+// 51 - 1 - 23 = 27. Values 2 - 2^-7 and 2^-k (exponents 0 and -k, lowest bits 2^-7 and 2^-k-7): spread k + 7, so
+// the certificate holds up to k = 20 and declines from k = 21, where the sum (bits 2^0 .. 2^(-23-k)) is still exact
+// up to k = 29; at k = 30 it needs 54 bits and the chain rounds.
+TEST(ExactChains, HandDerivedWindowsAndSpreads) {
+  const float w[2] = {1.0f + 0x1p-23f, 1.0f + 0x1p-23f};
+  EXPECT_EQ(exact_chain_window(w, 2), 27);
+  const uint32_t big_value = round_to_bf16_rne(2.0f - 0x1p-7f);
+  EXPECT_EQ(exact_chain_spread(big_value, round_to_bf16_rne(0x1p-20f)), 27);
+  EXPECT_EQ(exact_chain_spread(big_value, round_to_bf16_rne(0x1p-21f)), 28);
+  const double s30 = double(w[0]) * double(2.0f - 0x1p-7f) + double(w[1]) * 0x1p-30;
+  EXPECT_NE(s30 - double(w[0]) * double(2.0f - 0x1p-7f), double(w[1]) * 0x1p-30) << "the chain rounds at k = 30";
+  // Zero weights and values: all-zero weights allow any values; no non-zero value is no constraint on the lowest bit.
+  const float zeros[4] = {0.0f, -0.0f, 0.0f, 0.0f};
+  EXPECT_GT(exact_chain_window(zeros, 4), 1000);
+  EXPECT_LT(exact_chain_spread(0, 0x8000), 0);
+  // Subnormal weights and values take the lowest exponent: 2^-149 alone has window 51 - 0 - (-127 + 149) = 29.
+  const float tiny[1] = {0x1p-149f};
+  EXPECT_EQ(exact_chain_window(tiny, 1), 29);
+  EXPECT_EQ(exact_chain_spread(0x0001, 0x0001), -127 + 133);
+  // Non-finite weights or values never pass.
+  const float inf[2] = {std::numeric_limits<float>::infinity(), 1.0f};
+  EXPECT_LT(exact_chain_window(inf, 2), -1000);
+  EXPECT_GT(exact_chain_spread(0x7f80, 0x7f80), 1000);
+  EXPECT_GT(exact_chain_spread(0x7fc0, 0x3f80), 1000);
+}
+
 // scaled_weight places a binary32's bits like scaled_value: a·2^896 exactly, subnormals, zeros and the largest
 // finite values included.
 TEST(ExactFilter, ScaledWeightIsExact) {

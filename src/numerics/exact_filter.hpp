@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "numerics/bf16.hpp"
+#include "numerics/exact_sum.hpp"
 #include "numerics/fp_ops.hpp"
 
 namespace mhc {
@@ -245,6 +246,36 @@ struct ExactDotFilter {
 MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
   const int field = static_cast<int>(magnitude >> 7);
   return (field > 0 ? field : 1) - 127 - 7;
+}
+
+// Exact chains (the experiment MHCDIFF_CUDA_BACKWARD=chains of the compact exact backward): a certificate that
+// ExactBf16Filter's binary64 chain never rounds, so that s == S and RNb(s) is the answer, ties and signed zeros
+// included (the chain's zero is -0 exactly when every term is -0, the certified path's rule). Every non-zero
+// product a_i·b_i is a multiple of 2^(Lw + Lb), Lw and Lb the lowest bits any non-zero a (binary32: its exponent
+// - 23) or b (bf16_lsb_exponent) can have set, and every partial sum is below n·2^(Ea + 1)·2^(Eb + 1) <=
+// 2^(c + Ea + Eb + 2), Ea and Eb the exponents of the largest |a| and |b|, c = ceil(log2 n). A multiple of 2^L below
+// 2^(L + 53) is a binary64, so no step rounds when c + Ea + Eb + 2 <= Lw + Lb + 53, that is when
+//   exact_chain_spread(b) = Eb - Lb  <=  exact_chain_window(a) = 51 - c - (Ea - Lw).
+// The window is a property of a token's weights, the spread of a block of values (all a lane step's gradient
+// values, so that one comparison covers its 40 sums at H = 4). Exponents come from the bits (subnormals: the
+// smallest exponent, which only lowers L or raises E). Non-finite weights or values fail the comparison.
+MHC_HD int exact_chain_window(const float* a, int n) {
+  uint32_t largest = 0, lowest_field = 255;  // the largest magnitude; the smallest exponent field of a non-zero a
+  for (int i = 0; i < n; ++i) {
+    const uint32_t m = float_bits(a[i]) & 0x7fffffffu;
+    largest = largest > m ? largest : m;
+    const uint32_t field = (m >> 23) > 1 ? (m >> 23) : 1;
+    if (m != 0 && field < lowest_field) lowest_field = field;
+  }
+  if (largest == 0) return 1 << 20;                   // every product is zero: any values
+  if ((largest >> 23) == 255) return -(1 << 20);      // an infinity or NaN
+  return 51 - ceil_log2(n) - ((static_cast<int>(largest >> 23) - 127) - (static_cast<int>(lowest_field) - 150));
+}
+// From bf16 magnitudes (sign cleared): the largest, and the smallest non-zero one (0x8000 when there is none).
+MHC_HD int exact_chain_spread(uint32_t largest, uint32_t smallest_nonzero) {
+  const int field = static_cast<int>(largest >> 7);
+  if (field >= 255) return 1 << 20;  // an infinity or NaN
+  return (field - 127) - bf16_lsb_exponent(smallest_nonzero);
 }
 
 }  // namespace mhc

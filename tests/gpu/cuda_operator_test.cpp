@@ -374,8 +374,28 @@ void plant_backward_extremes(Inputs& in, std::mt19937_64& rng) {
   }
 }
 
-TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
-  SKIP_WITHOUT_GPU();
+// Sets an environment variable for a scope (nullptr: unsets it), restoring it afterwards (the experiment switches).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+void expect_compact_backward_matches_cpu_at_extremes(const std::string& variant) {
   const int64_t S = cuda::compact_backward_min_tokens() + 37;
   std::mt19937_64 rng(1700);
   for (const int64_t D : {1032, 4096, 136})
@@ -383,12 +403,35 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
       Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
       plant_midpoints(in);
       plant_backward_extremes(in, rng);
-      expect_exact_without_twins_identical(in, fmt::format("compact, S={} D={} wide={}", S, D, wide));
+      expect_exact_without_twins_identical(in, fmt::format("compact {}, S={} D={} wide={}", variant, S, D, wide));
     }
   Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
   in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
   in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-  expect_exact_without_twins_identical(in, "compact, non-finite");
+  expect_exact_without_twins_identical(in, "compact " + variant + ", non-finite");
+}
+
+TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
+  SKIP_WITHOUT_GPU();
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", nullptr);  // the measured kernel, whatever the caller's environment
+  ASSERT_EQ(cuda::backward_experiment(), 0);
+  expect_compact_backward_matches_cpu_at_extremes("default");
+}
+
+// The experiment MHCDIFF_CUDA_BACKWARD=chains (backward_kernels.cu, docs/decisions.md): off by default; tested here
+// so that a device session times only a variant that already matches the CPU bit for bit.
+TEST(CudaOperator, BackwardExperimentsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const char* const before = std::getenv("MHCDIFF_CUDA_BACKWARD");
+  const std::string saved = before ? before : "";
+  for (const char* variant : {"chains"}) {
+    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
+    ASSERT_NE(cuda::backward_experiment(), 0) << variant;
+    expect_compact_backward_matches_cpu_at_extremes(variant);
+  }
+  const char* const after = std::getenv("MHCDIFF_CUDA_BACKWARD");
+  EXPECT_EQ(before != nullptr, after != nullptr);
+  EXPECT_EQ(saved, after ? after : "") << "the switch is restored";
 }
 
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2

@@ -253,15 +253,17 @@ __device__ __forceinline__ FastDotAcc<M> fast_zero() {
 // and the largest gradient magnitude in the step's H gradient chunks): the element is proved when they agree, which
 // the caller tests on packed words; other modes leave `lower` alone. The binary64 twin of exact is never
 // stored by this kernel. kLaneBound: the dot steps only add the products (the kernel bounds them per lane,
-// ExactDotFilter::lane_bound).
-template <Mode M, int H, bool kLaneBound = false, class W>
+// ExactDotFilter::lane_bound). kExactChain: the chain is known not to round (kChains), so its RNb is the result and
+// `lower` is left alone.
+template <Mode M, int H, bool kLaneBound = false, bool kExactChain = false, class W>
 __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const W* w, const float* g,
                                                   const RoundedT<M>* gw, float b, RoundedT<M> bw, bool post_path,
                                                   FastDotAcc<M>* acc, double* twin, double error, bf16_bits& lower) {
   using T = RoundedT<M>;
   if constexpr (M == Mode::exact) {
     bf16_bits out;
-    stream_grad_exact_chain(w, gw, H).bounds(error, lower, out);
+    if constexpr (kExactChain) out = round_to_bf16_rne(stream_grad_exact_chain(w, gw, H).s);
+    else stream_grad_exact_chain(w, gw, H).bounds(error, lower, out);
 #pragma unroll
     for (int ho = 0; ho < H; ++ho) {
       if constexpr (kLaneBound) acc[ho].add_term(gw[ho], bw);
@@ -300,11 +302,19 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false>
+// kChains (the experiment MHCDIFF_CUDA_BACKWARD=chains, docs/decisions.md; the compact exact kernel only): a lane step
+// whose gradient values' exponent spread fits the token's weight window (exact_chain_spread <= exact_chain_window,
+// numerics/exact_filter.hpp) has binary64 chains that never round, so its ∂x / ∂residual are RNb of the chains (one
+// conversion each, as the fp64 policy's) with no interval; other steps take the interval filter as before. The test
+// costs about three integer instructions per pair of gradient values and one comparison per step, the interval two
+// directed additions, a second conversion, packing and a comparison per element (H100, s25-3: 16384 x 4 x 4096
+// 0.6919 -> 0.7055 ms, 4096 x 4 x 4096 0.2296 -> 0.2191 ms; not yet timed on an H200).
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
+  static_assert(!kChains || (M == Mode::exact && kCompact), "chains: the compact exact kernel");
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
   // multiplied by 2^896 before they are merged (H200, 16384 x 4 x 4096: 0.621 -> 0.600 ms, 40 fewer binary64
@@ -367,6 +377,12 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
     if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
+    int chain_window = 0;  // kChains: the smallest of the rows' exact_chain_window
+    if constexpr (kChains) {
+      chain_window = exact_chain_window(w[0], H);
+#pragma unroll
+      for (int r = 1; r < R; ++r) chain_window = min(chain_window, exact_chain_window(w[r], H));
+    }
     // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0.
     constexpr bool kSharedRowWeights = M == Mode::exact && kCompact;
     __shared__ double row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
@@ -403,8 +419,10 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
       for (int ho = 0; ho < H; ++ho) gc[ho] = chunk_from(slot[(R + ho) * kReduceLanes]);
       uint32_t declined = 0;  // exact: nonzero when the filter declined an element of this step
       double max_value = 0.0;   // exact: the largest magnitude of the step's gradient values
+      bool chains_exact = false;  // kChains: the step's chains never round
       if constexpr (M == Mode::exact) {
         uint32_t pairs = 0;
+        uint32_t smallest = 0x7fff7fffu;  // kChains: the smallest non-zero magnitudes minus one, as pairs
 #pragma unroll
         for (int ho = 0; ho < H; ++ho) {
           if constexpr (kLaneBound) {
@@ -414,47 +432,61 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
           } else {
             pairs = max_magnitude_pairs(gc[ho], pairs);
           }
+          if constexpr (kChains) smallest = min_nonzero_magnitude_pairs(gc[ho], smallest);
         }
         max_value = float_from_bits(max_pair_word(pairs));
+        if constexpr (kChains)
+          chains_exact = exact_chain_spread(max_pair_word(pairs) >> 16, min_pair_word(smallest)) <= chain_window;
       }
       // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
-      // Gradient values are widened once (exact) for all the sums that read them.
+      // Gradient values are widened once (exact) for all the sums that read them. kExactChains: the step's chains
+      // are known exact (kChains), so no interval is formed.
+      auto stream_rows = [&](auto exact_chains) {
+        constexpr bool kExactChains = decltype(exact_chains)::value;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int row = row0 + r;
-        const Chunk bc = chunk_from(slot[r * kReduceLanes]);
-        bf16_bits* dst = row == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + row - 1) * D + d0;
-        double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
-        if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
-        Chunk oc, lower;  // lower: the filter's lower roundings (exact), packed like oc
-        double error = 0.0;
-        if constexpr (M == Mode::exact)
-          error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
+        for (int r = 0; r < R; ++r) {
+          const int row = row0 + r;
+          const Chunk bc = chunk_from(slot[r * kReduceLanes]);
+          bf16_bits* dst = row == 0 ? out.grad_x + s * D + d0 : out.grad_residual + (s * H + row - 1) * D + d0;
+          double* dst64 = row == 0 ? out.grad_x_f64 : out.grad_residual_f64;
+          if (dst64) dst64 += row == 0 ? s * D + d0 : (s * H + row - 1) * D + d0;
+          Chunk oc, lower;  // lower: the filter's lower roundings (exact), packed like oc
+          double error = 0.0;
+          if constexpr (M == Mode::exact && !kExactChains)
+            error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) {
-          float g[H];
-          T gw[H];
+          for (int e = 0; e < kChunk; ++e) {
+            float g[H];
+            T gw[H];
 #pragma unroll
-          for (int ho = 0; ho < H; ++ho) {
-            g[ho] = chunk_elem(gc[ho], e);
-            gw[ho] = T(g[ho]);
+            for (int ho = 0; ho < H; ++ho) {
+              g[ho] = chunk_elem(gc[ho], e);
+              gw[ho] = T(g[ho]);
+            }
+            bf16_bits lo;
+            const float b = chunk_elem(bc, e);
+            const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
+            if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
+            if constexpr (kSharedRowWeights)
+              chunk_set(oc, e, fast_element<M, H, kLaneBound, kExactChains>(pd, &row_weights[warp][r * H], g, gw, b, bw,
+                                                                            row == 0, acc[r],
+                                                                            dst64 ? dst64 + e : nullptr, error, lo));
+            else
+              chunk_set(oc, e, fast_element<M, H, kLaneBound, kExactChains>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
+                                                                            dst64 ? dst64 + e : nullptr, error, lo));
+            if constexpr (M == Mode::exact && !kExactChains) {
+              chunk_set(lower, e, lo);
+              if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
+            }
           }
-          bf16_bits lo;
-          const float b = chunk_elem(bc, e);
-          const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
-          if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
-          if constexpr (kSharedRowWeights)
-            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, &row_weights[warp][r * H], g, gw, b, bw, row == 0, acc[r],
-                                                           dst64 ? dst64 + e : nullptr, error, lo));
-          else
-            chunk_set(oc, e, fast_element<M, H, kLaneBound>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
-                                                           dst64 ? dst64 + e : nullptr, error, lo));
-          if constexpr (M == Mode::exact) {
-            chunk_set(lower, e, lo);
-            if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
-          }
+          store_chunk<true>(dst, kChunk, oc);
         }
-        store_chunk<true>(dst, kChunk, oc);
+      };
+      if constexpr (kChains) {
+        if (chains_exact) stream_rows(std::true_type{});
+        else stream_rows(std::false_type{});
+      } else {
+        stream_rows(std::false_type{});
       }
       // Rare (exact bf16 ties, sums within ~2^-45 of one, deep cancellation, non-finite values; about one step
       // in 10^4 on randn data): the step's elements are recomputed out of line over what was just stored, by
@@ -661,12 +693,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -690,8 +722,11 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    if (in.shape.S >= compact_backward_min_tokens())  // a full wave of its blocks
+    if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
+      if (backward_experiment() == 1)
+        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
+    }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
@@ -768,6 +803,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       break;
   }
 }
+
+int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}}, 0); }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 

@@ -5,8 +5,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/operator_kernels.hpp"
@@ -71,6 +75,16 @@ __device__ __forceinline__ uint32_t max_magnitude_pairs(const Chunk& c, uint32_t
   return m;
 }
 __device__ __forceinline__ uint32_t max_pair_word(uint32_t m) { return max(m & 0xffff0000u, m << 16); }
+
+// The smallest non-zero bf16 magnitude among chunks (exact_chain_spread's), folded into m (start: 0x7fff7fff) as
+// pairs of magnitude - 1 with __vminu2 (a zero half becomes 0x7fff: (0 + 0x7fff) & 0x7fff; no carry crosses the
+// halves), and min_pair_word: the smaller lane plus one, 0x8000 when every value was zero.
+__device__ __forceinline__ uint32_t min_nonzero_magnitude_pairs(const Chunk& c, uint32_t m) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m = __vminu2(m, ((c.w[j] & 0x7fff7fffu) + 0x7fff7fffu) & 0x7fff7fffu);
+  return m;
+}
+__device__ __forceinline__ uint32_t min_pair_word(uint32_t m) { return min(m & 0xffffu, m >> 16) + 1; }
 
 // Word j (elements 2j and 2j + 1) for a j known only at run time, without indexing the registers (which
 // would put the chunk in local memory).
@@ -237,6 +251,16 @@ __device__ __forceinline__ int stage_warp_pairs(uint32_t declined, int staged, F
 }
 
 // ---- Launch helpers ----------------------------------------------------------------------------------------
+
+// An experiment switch (docs/decisions.md): the value of the variant the environment variable `variable` names,
+// `off` when it is unset or names none of `variants`.
+template <class E>
+E experiment_switch(const char* variable, std::initializer_list<std::pair<std::string_view, E>> variants, E off) {
+  if (const char* v = std::getenv(variable))
+    for (const auto& [name, value] : variants)
+      if (name == v) return value;
+  return off;
+}
 
 // The current device's multiprocessors (asked once per process: mhcdiff uses one device).
 inline int multiprocessor_count() {

@@ -39,6 +39,9 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // this device) from this many tokens on, and the exact forward's block rows loop over tokens (where prefetching
 // the next one matters) from this many on.
 int64_t compact_backward_min_tokens();
+// The experiment switch MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md) for the compact exact
+// backward: 1 for `chains`; 0 (the measured kernel) when unset or anything else.
+int backward_experiment();
 int64_t exact_forward_looping_min_tokens();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
