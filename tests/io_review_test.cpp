@@ -577,6 +577,95 @@ TEST_F(IoReview, ElementCountsBeyondInt64AreRefused) {
   expect_refused("compare res-wrap.h5:hf res.h5:hf", {"res-wrap.h5", "/results/hf-bf16/out", "4611686018427387905"});
 }
 
+// Storage a file declares but never wrote reads as the fill value (zeros): a dump of 2^40 tokens with nothing written
+// kept fingerprint, extract and `compare policy:` busy for days (`run` refused it only for want of disk), and one
+// chunk left unwritten by a crashed writer passed as zeros. Both are refused by every reader at its first read of
+// the dataset, quickly and with nothing written; early-allocated storage (fill values written) and ordinary files
+// still read.
+TEST_F(IoReview, StorageNeverWrittenIsRefused) {
+  const hsize_t tokens = hsize_t{1} << 40;
+  {
+    RawFile f(dir.file("huge.h5"));
+    auto declare = [&](const char* name, std::vector<hsize_t> tail) {  // chunks of one token, none written
+      std::vector<hsize_t> dims{tokens}, chunk{1};
+      dims.insert(dims.end(), tail.begin(), tail.end());
+      chunk.insert(chunk.end(), tail.begin(), tail.end());
+      const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
+      const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+      H5Pset_create_intermediate_group(lcpl, 1);
+      const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+      const hid_t ds = H5Dcreate2(f.id(), name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
+      ASSERT_GE(ds, 0) << name;
+      H5Dclose(ds);
+      H5Sclose(space);
+      H5Pclose(lcpl);
+      H5Pclose(dcpl);
+    };
+    declare("/inputs/x", {8});
+    declare("/inputs/residual", {2, 8});
+    declare("/inputs/post", {2});
+    declare("/inputs/comb", {2, 2});
+    declare("/inputs/grad_out", {2, 8});
+  }
+  expect_refused("compare policy:hf policy:exact --inputs huge.h5",
+                 {"huge.h5", "/inputs/x", "0 of the 1099511627776 chunks", "fill value"});
+  expect_refused("explain huge.h5 --at 0,0,0", {"huge.h5", "/inputs/x", "fill value"});
+  // `run` (results larger than the disk) says that first: the check is made at a dataset's first read.
+  expect_refused("run huge.h5 -o out.h5 --policies hf", {"out.h5", "free"});
+  const CliResult info = run_bounded(dir, "info huge.h5");
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("written in 0 of the 1099511627776 chunks"), std::string::npos) << info.out;
+
+  // One chunk of four left unwritten (post's last token), and contiguous storage never allocated.
+  const hsize_t S = hsize_t(inputs.S), H = hsize_t(inputs.H);
+  write_inputs(dir.file("part.h5"), inputs);
+  replace_link(dir.file("part.h5"), "/inputs/post", [&](hid_t f) {
+    const hsize_t chunk[2] = {1, H}, dims[2] = {S, H}, start[2] = {0, 0}, count[2] = {S - 1, H};
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    create_f32(f, "/inputs/post", {S, H}, dcpl);
+    const hid_t ds = H5Dopen2(f, "/inputs/post", H5P_DEFAULT);
+    const hid_t space = H5Screate_simple(2, dims, nullptr), memory = H5Screate_simple(2, count, nullptr);
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, inputs.post.data()), 0);
+    H5Sclose(memory);
+    H5Sclose(space);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+  });
+  expect_refused("run part.h5 -o out.h5 --policies hf", {"part.h5", "/inputs/post", "3 of the 4 chunks"});
+  write_inputs(dir.file("never.h5"), inputs);
+  replace_link(dir.file("never.h5"), "/inputs/comb",
+               [&](hid_t f) { create_f32(f, "/inputs/comb", {S, H, H}, H5P_DEFAULT); });
+  expect_refused("run never.h5 -o out.h5 --policies hf", {"never.h5", "/inputs/comb", "never written"});
+
+  // A results tensor with no chunk written: compare refuses it rather than comparing zeros.
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf").exit_code, 0);
+  std::filesystem::copy_file(dir.file("res.h5"), dir.file("res-empty.h5"));
+  replace_link(dir.file("res-empty.h5"), "/results/hf-bf16/out", [&](hid_t f) {
+    const hsize_t chunk[3] = {1, H, 8};
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 3, chunk);
+    create_f32(f, "/results/hf-bf16/out", {S, H, 8}, dcpl);
+    H5Pclose(dcpl);
+  });
+  expect_refused("compare res-empty.h5:hf res.h5:hf", {"res-empty.h5", "/results/hf-bf16/out", "0 of the 4 chunks"});
+
+  // Early allocation writes the fill value into every chunk: that is data the file holds, and it is read.
+  write_inputs(dir.file("early.h5"), inputs);
+  replace_link(dir.file("early.h5"), "/inputs/post", [&](hid_t f) {
+    const hsize_t chunk[2] = {1, H};
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    create_f32(f, "/inputs/post", {S, H}, dcpl);
+    H5Pclose(dcpl);
+  });
+  const CliResult early = run_bounded(dir, "run early.h5 -o early-out.h5 --policies hf");
+  EXPECT_EQ(early.exit_code, 0) << early.err;
+}
+
 // Root attributes that are there but are not one string were ignored: comb_layout = 1 read comb as src,dst, a
 // comb_layout array used its first element, format = 2 passed as mhcdiff/1.
 TEST_F(IoReview, RootAttributesOfTheWrongTypeAreRefused) {

@@ -299,6 +299,40 @@ class SameFileSources {
 
 std::optional<std::string> stored_outside_file(hid_t dataset) { return SameFileSources(dataset).problem(dataset); }
 
+std::optional<std::string> unwritten_storage(hid_t dataset) {
+  const auto dims = dataset_dims(dataset);
+  if (const auto n = element_count(dims); !n || *n == 0) return std::nullopt;
+  Handle dcpl(H5Dget_create_plist(dataset));
+  switch (H5Pget_layout(dcpl.get())) {
+    case H5D_CONTIGUOUS: {
+      H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+      if (H5Dget_space_status(dataset, &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED)
+        return "never written (it would read as its fill value)";
+      return std::nullopt;
+    }
+    case H5D_CHUNKED: {
+      std::vector<hsize_t> chunk(dims.size());
+      hsize_t written = 0;
+      Handle space(H5Dget_space(dataset));  // HDF5 1.10 takes the whole dataspace here, not H5S_ALL
+      if (H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data()) != int(dims.size()) ||
+          H5Dget_num_chunks(dataset, space.get(), &written) < 0)
+        return "a chunked dataset whose chunks HDF5 cannot count";
+      // The chunks its shape needs, saturating: a file may declare any extent.
+      hsize_t needed = 1;
+      for (size_t i = 0; i < dims.size(); ++i) {
+        const hsize_t along = (dims[i] + chunk[i] - 1) / std::max<hsize_t>(chunk[i], 1);
+        if (__builtin_mul_overflow(needed, along, &needed)) needed = std::numeric_limits<hsize_t>::max();
+      }
+      if (written < needed)
+        return fmt::format("written in {} of the {}{} chunks its shape needs (the rest would read as its fill "
+                           "value)",
+                           written, needed == std::numeric_limits<hsize_t>::max() ? "more than " : "", needed);
+      return std::nullopt;
+    }
+    default: return std::nullopt;  // compact data is stored in the header; virtual: stored_outside_file
+  }
+}
+
 namespace {
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
   static_cast<std::vector<std::string>*>(data)->emplace_back(name);

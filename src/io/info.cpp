@@ -87,6 +87,7 @@ void describe_dataset(Walk& w, hid_t group, const std::string& name) {
     }
   }
   if (auto outside = detail::stored_outside_file(ds.get())) storage += fmt::format(", {}", *outside);
+  if (auto unwritten = detail::unwritten_storage(ds.get())) storage += fmt::format(", {}", *unwritten);
   w.text += fmt::format("  {:<20} {:<26} {:<18} {}\n", report::one_line(name),
                         report::one_line(detail::stored_type_name(ds.get())), detail::dims_text(dims),
                         report::one_line(storage));

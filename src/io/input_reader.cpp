@@ -97,6 +97,7 @@ struct InputTensor {
   Handle dataset;
   StoredKind kind = StoredKind::other;
   int64_t row_elems = 0;  // elements per token
+  mutable bool storage_checked = false;  // detail::unwritten_storage asked, at the first read
 };
 
 std::string element_index_text(int64_t flat, const InputTensor& t, const Shape& sh) {
@@ -265,6 +266,14 @@ struct InputReader::Impl {
   template <class Raw>
   void read_raw(const InputTensor& t, hid_t mem_type, int64_t s0, int64_t count, std::vector<Raw>& buf) {
     buf.resize(static_cast<size_t>(count * t.row_elems));
+    // Storage never written would read as fill values. Asked at the first read rather than when the file is
+    // opened: a file declaring more tokens than fit the disk or memory is still refused for that first, and
+    // `info` and the shape checks do not pay for counting chunks.
+    if (!t.storage_checked) {
+      if (auto why = detail::unwritten_storage(t.dataset.get()))
+        fail(fmt::format("dataset /inputs/{} is {}", t.name, *why));
+      t.storage_checked = true;
+    }
     try {
       detail::read_flat(t.dataset.get(), mem_type, uint64_t(s0 * t.row_elems), uint64_t(count * t.row_elems),
                         buf.data());

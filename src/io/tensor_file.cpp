@@ -52,8 +52,15 @@ struct TensorFile::Impl {
       fail(fmt::format("elements [{}, {}) of {} requested, but it has {}", first, first + count, name, n));
   }
 
+  // Datasets whose storage was found written (detail::unwritten_storage, asked at a dataset's first read).
+  mutable std::set<std::string> written;
+
   template <class T>
   void read(const std::string& name, hid_t ds, hid_t mem, int64_t first, int64_t count, T* dst) const {
+    if (!written.count(name)) {
+      if (auto why = detail::unwritten_storage(ds)) fail(fmt::format("dataset {} is {}", name, *why));
+      written.insert(name);
+    }
     try {
       detail::read_flat(ds, mem, uint64_t(first), uint64_t(count), dst);
     } catch (const std::runtime_error& e) {
