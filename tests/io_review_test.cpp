@@ -49,6 +49,25 @@ void create_f32(hid_t file, const std::string& name, const std::vector<hsize_t>&
   H5Sclose(space);
 }
 
+// A chunked float32 dataset [dims..., tail...] in chunks [chunk..., tail...], created with its groups and never
+// written: it costs no space, whatever the shape it declares.
+void declare_unwritten(hid_t file, const char* name, std::vector<hsize_t> dims, std::vector<hsize_t> chunk,
+                       const std::vector<hsize_t>& tail) {
+  dims.insert(dims.end(), tail.begin(), tail.end());
+  chunk.insert(chunk.end(), tail.begin(), tail.end());
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
+  const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(file, name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
+  EXPECT_GE(ds, 0) << name;
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Pclose(lcpl);
+  H5Pclose(dcpl);
+}
+
 // A virtual /inputs/post [S,H] whose whole extent maps dataset /p of `source_file`.
 void virtual_post(hid_t file, const std::string& source_file, hsize_t S, hsize_t H) {
   const hsize_t dims[2] = {S, H};
@@ -542,21 +561,8 @@ TEST_F(IoReview, ElementCountsBeyondInt64AreRefused) {
   const hsize_t huge = (hsize_t{1} << 62) + 1;
   {
     RawFile f(dir.file("wrap.h5"));
-    auto declare = [&](const char* name, std::vector<hsize_t> tail) {  // chunked, never written: costs nothing
-      std::vector<hsize_t> dims{huge, 4}, chunk{1, 1};
-      dims.insert(dims.end(), tail.begin(), tail.end());
-      chunk.insert(chunk.end(), tail.begin(), tail.end());
-      const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-      H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
-      const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-      H5Pset_create_intermediate_group(lcpl, 1);
-      const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
-      const hid_t ds = H5Dcreate2(f.id(), name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
-      ASSERT_GE(ds, 0) << name;
-      H5Dclose(ds);
-      H5Sclose(space);
-      H5Pclose(lcpl);
-      H5Pclose(dcpl);
+    auto declare = [&](const char* name, std::vector<hsize_t> tail) {
+      declare_unwritten(f.id(), name, {huge, 4}, {1, 1}, tail);
     };
     declare("/inputs/x", {8});
     declare("/inputs/residual", {2, 8});
@@ -586,21 +592,8 @@ TEST_F(IoReview, StorageNeverWrittenIsRefused) {
   const hsize_t tokens = hsize_t{1} << 40;
   {
     RawFile f(dir.file("huge.h5"));
-    auto declare = [&](const char* name, std::vector<hsize_t> tail) {  // chunks of one token, none written
-      std::vector<hsize_t> dims{tokens}, chunk{1};
-      dims.insert(dims.end(), tail.begin(), tail.end());
-      chunk.insert(chunk.end(), tail.begin(), tail.end());
-      const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-      H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
-      const hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-      H5Pset_create_intermediate_group(lcpl, 1);
-      const hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
-      const hid_t ds = H5Dcreate2(f.id(), name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
-      ASSERT_GE(ds, 0) << name;
-      H5Dclose(ds);
-      H5Sclose(space);
-      H5Pclose(lcpl);
-      H5Pclose(dcpl);
+    auto declare = [&](const char* name, std::vector<hsize_t> tail) {  // chunks of one token
+      declare_unwritten(f.id(), name, {tokens}, {1}, tail);
     };
     declare("/inputs/x", {8});
     declare("/inputs/residual", {2, 8});
