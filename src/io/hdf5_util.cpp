@@ -316,7 +316,7 @@ std::optional<std::string> unwritten_storage(hid_t dataset) {
       Handle space(H5Dget_space(dataset));  // HDF5 1.10 takes the whole dataspace here, not H5S_ALL
       if (H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data()) != int(dims.size()) ||
           H5Dget_num_chunks(dataset, space.get(), &written) < 0)
-        return "a chunked dataset whose chunks HDF5 cannot count";
+        return "a chunked dataset whose chunk index HDF5 cannot read (truncated or corrupt)";
       // The chunks its shape needs, saturating: a file may declare any extent.
       hsize_t needed = 1;
       for (size_t i = 0; i < dims.size(); ++i) {
