@@ -185,6 +185,9 @@ class SameFileSources {
                          name.data());
     }
     if (H5Pget_layout(dcpl.get()) != H5D_VIRTUAL) {
+      // A source's storage never written reads as its fill value through the mapping too.
+      if (depth > 0)
+        if (auto why = unwritten_storage(dataset)) return why;
       paths = std::min(paths + 1, kMaxPaths + 1);
       return std::nullopt;
     }
@@ -327,6 +330,28 @@ std::optional<std::string> unwritten_storage(hid_t dataset) {
         return fmt::format("written in {} of the {}{} chunks its shape needs (the rest would read as its fill "
                            "value)",
                            written, needed == std::numeric_limits<hsize_t>::max() ? "more than " : "", needed);
+      // An extendible dataset can hold chunks beyond its shape (a direct chunk write there), which the count
+      // includes: then every chunk of the shape is looked up (at most `written` of them).
+      std::vector<hsize_t> max_dims(dims.size());
+      Handle file_space(H5Dget_space(dataset));
+      H5Sget_simple_extent_dims(file_space.get(), nullptr, max_dims.data());
+      if (std::equal(dims.begin(), dims.end(), max_dims.begin())) return std::nullopt;
+      std::vector<hsize_t> offset(dims.size(), 0);
+      for (hsize_t k = 0; k < needed; ++k) {
+        unsigned filter_mask = 0;
+        haddr_t address = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info_by_coord(dataset, offset.data(), &filter_mask, &address, &size) < 0 ||
+            address == HADDR_UNDEF)
+          return fmt::format("missing its chunk at {} (it would read as its fill value; {} chunks are written, some "
+                             "beyond its shape)",
+                             dims_text(offset), written);
+        for (size_t i = dims.size(); i-- > 0;) {  // the next chunk in row-major order
+          offset[i] += chunk[i];
+          if (offset[i] < dims[i]) break;
+          offset[i] = 0;
+        }
+      }
       return std::nullopt;
     }
     default: return std::nullopt;  // compact data is stored in the header; virtual: stored_outside_file

@@ -76,11 +76,12 @@ std::optional<std::string> external_link_target(hid_t location, const std::strin
 // part, or itself stored outside (followed through nested virtual datasets; a cycle is refused): each would read as
 // fill values, converted values or data from elsewhere.
 std::optional<std::string> stored_outside_file(hid_t dataset);
-// Storage never written, which reads as the fill value too: a chunked dataset with fewer chunks than its shape needs
-// (HDF5 allocates a chunk when it is first written) or contiguous storage never allocated. A file declaring a huge
-// shape it never filled (2^40 tokens) is refused by this instead of being read for days. Early-allocated storage
-// holds written fill values and passes. The end of a sentence ("written in 1 of the 4 chunks …"); readers ask
-// it at a dataset's first read.
+// Storage never written, which reads as the fill value too: a chunked dataset missing a chunk of its shape (HDF5
+// allocates a chunk when it is first written; counted, and looked up one by one where chunks may lie beyond the
+// shape) or contiguous storage never allocated. A file declaring a huge chunked shape it never filled (2^40 tokens)
+// is refused by this instead of being read for days. Storage allocated all at once and written in part cannot be
+// told from written zeros (docs/format.md). The end of a sentence ("written in 1 of the 4 chunks …"); readers ask
+// it at a dataset's first read, and stored_outside_file of a virtual dataset's sources.
 std::optional<std::string> unwritten_storage(hid_t dataset);
 
 // What a link of `group` that HDF5 cannot open is (the end of a sentence): "an external link to …" or "a link to
