@@ -610,23 +610,28 @@ TEST_F(IoReview, StorageNeverWrittenIsRefused) {
   EXPECT_EQ(info.exit_code, 0) << info.err;
   EXPECT_NE(info.out.find("written in 0 of the 1099511627776 chunks"), std::string::npos) << info.out;
 
-  // One chunk of four left unwritten (post's last token), and contiguous storage never allocated.
+  // One chunk of four left unwritten (post's last token), and contiguous storage never allocated. post_but_last
+  // creates `name` like /inputs/post [S,H] in chunks of one token (extendible along S when `extendible`) and writes
+  // every token but the last; it returns the open dataset.
   const hsize_t S = hsize_t(inputs.S), H = hsize_t(inputs.H);
-  write_inputs(dir.file("part.h5"), inputs);
-  replace_link(dir.file("part.h5"), "/inputs/post", [&](hid_t f) {
-    const hsize_t chunk[2] = {1, H}, dims[2] = {S, H}, start[2] = {0, 0}, count[2] = {S - 1, H};
+  auto post_but_last = [&](hid_t f, const char* name, bool extendible) {
+    const hsize_t chunk[2] = {1, H}, dims[2] = {S, H}, max_dims[2] = {H5S_UNLIMITED, H}, start[2] = {0, 0},
+                  count[2] = {S - 1, H};
     const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 2, chunk);
-    create_f32(f, "/inputs/post", {S, H}, dcpl);
-    const hid_t ds = H5Dopen2(f, "/inputs/post", H5P_DEFAULT);
-    const hid_t space = H5Screate_simple(2, dims, nullptr), memory = H5Screate_simple(2, count, nullptr);
+    const hid_t space = H5Screate_simple(2, dims, extendible ? max_dims : nullptr);
+    const hid_t memory = H5Screate_simple(2, count, nullptr);
+    const hid_t ds = H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
     EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, inputs.post.data()), 0);
     H5Sclose(memory);
     H5Sclose(space);
-    H5Dclose(ds);
     H5Pclose(dcpl);
-  });
+    return ds;
+  };
+  write_inputs(dir.file("part.h5"), inputs);
+  replace_link(dir.file("part.h5"), "/inputs/post",
+               [&](hid_t f) { H5Dclose(post_but_last(f, "/inputs/post", false)); });
   expect_refused("run part.h5 -o out.h5 --policies hf", {"part.h5", "/inputs/post", "3 of the 4 chunks"});
   write_inputs(dir.file("never.h5"), inputs);
   replace_link(dir.file("never.h5"), "/inputs/comb",
@@ -637,40 +642,21 @@ TEST_F(IoReview, StorageNeverWrittenIsRefused) {
   // last one inside missing; and a virtual dataset over a source of this file with a chunk missing.
   write_inputs(dir.file("beyond.h5"), inputs);
   replace_link(dir.file("beyond.h5"), "/inputs/post", [&](hid_t f) {
-    const hsize_t chunk[2] = {1, H}, dims[2] = {S, H}, max_dims[2] = {H5S_UNLIMITED, H}, start[2] = {0, 0},
-                  count[2] = {S - 1, H}, beyond[2] = {S, 0};
-    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, 2, chunk);
-    const hid_t space = H5Screate_simple(2, dims, max_dims), memory = H5Screate_simple(2, count, nullptr);
-    const hid_t ds = H5Dcreate2(f, "/inputs/post", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
-    EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, inputs.post.data()), 0);
+    const hid_t ds = post_but_last(f, "/inputs/post", true);
+    const hsize_t beyond[2] = {S, 0};
     EXPECT_GE(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, beyond, H * sizeof(float), inputs.post.data()), 0);
-    H5Sclose(memory);
-    H5Sclose(space);
     H5Dclose(ds);
-    H5Pclose(dcpl);
   });
   expect_refused("run beyond.h5 -o out.h5 --policies hf", {"beyond.h5", "/inputs/post", "missing its chunk at [3,0]"});
   write_inputs(dir.file("vds-part.h5"), inputs);
   replace_link(dir.file("vds-part.h5"), "/inputs/post", [&](hid_t f) {
-    const hsize_t chunk[2] = {1, H}, dims[2] = {S, H}, start[2] = {0, 0}, count[2] = {S - 1, H};
-    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, 2, chunk);
-    create_f32(f, "/p", {S, H}, dcpl);
-    const hid_t ds = H5Dopen2(f, "/p", H5P_DEFAULT);
-    const hid_t space = H5Screate_simple(2, dims, nullptr), memory = H5Screate_simple(2, count, nullptr);
-    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
-    EXPECT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, memory, space, H5P_DEFAULT, inputs.post.data()), 0);
-    H5Sclose(memory);
-    H5Dclose(ds);
-    const hid_t vcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Sselect_all(space);
+    H5Dclose(post_but_last(f, "/p", false));
+    const hsize_t dims[2] = {S, H};
+    const hid_t space = H5Screate_simple(2, dims, nullptr), vcpl = H5Pcreate(H5P_DATASET_CREATE);
     EXPECT_GE(H5Pset_virtual(vcpl, space, ".", "/p", space), 0);
     create_f32(f, "/inputs/post", {S, H}, vcpl);
     H5Pclose(vcpl);
     H5Sclose(space);
-    H5Pclose(dcpl);
   });
   expect_refused("run vds-part.h5 -o out.h5 --policies hf", {"vds-part.h5", "/inputs/post", "/p", "3 of the 4 chunks"});
 
