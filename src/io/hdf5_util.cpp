@@ -333,8 +333,7 @@ std::optional<std::string> unwritten_storage(hid_t dataset) {
       // An extendible dataset can hold chunks beyond its shape (a direct chunk write there), which the count
       // includes: then every chunk of the shape is looked up (at most `written` of them).
       std::vector<hsize_t> max_dims(dims.size());
-      Handle file_space(H5Dget_space(dataset));
-      H5Sget_simple_extent_dims(file_space.get(), nullptr, max_dims.data());
+      H5Sget_simple_extent_dims(space.get(), nullptr, max_dims.data());
       if (std::equal(dims.begin(), dims.end(), max_dims.begin())) return std::nullopt;
       std::vector<hsize_t> offset(dims.size(), 0);
       for (hsize_t k = 0; k < needed; ++k) {
