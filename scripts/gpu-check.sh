@@ -12,7 +12,8 @@
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
 #          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
-#          kernels over S (whole and partial waves).
+#          kernels over S (whole and partial waves). NCU="exact fp64 exact:MHCDIFF_CUDA_BACKWARD=chains" profiles one
+#          backward launch of each (Nsight Compute, stall reasons; NCU_SHAPE).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -78,6 +79,31 @@ PY
 if [[ -n "${SASS:-}" ]]; then
   stage "sass ($SASS)"
   cuobjdump -sass "$MHCDIFF" 2>&1 | python3 scripts/sass_summary.py "$SASS" "$OUT/sass" | tee -a "$OUT/summary.log"
+fi
+
+# NCU="POLICY[:VARIABLE=VALUE] ...": Nsight Compute of one backward launch per entry (the bench's second, at
+# NCU_SHAPE, default 16384,4,4096), with an experiment switch set where given: throughput, occupancy and the warps'
+# stall reasons, to tell whether a kernel waits on memory, on a pipe or on issue. Full reports in $OUT/ncu_*.txt.
+if [[ -n "${NCU:-}" ]]; then
+  stage "ncu ($NCU)"
+  NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for entry in $NCU; do
+    policy=${entry%%:*}
+    assign=$([[ $entry == *:* ]] && echo "${entry#*:}")
+    report="$OUT/ncu_${entry//[^A-Za-z0-9]/_}.txt"
+    timeout "${NCU_TIMEOUT:-120}" env $assign "$NCU_BIN" -k regex:backward_fast_kernel --launch-skip 1 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      "$MHCDIFF" bench --device cuda --reps 1 --policies "$policy" --shape "${NCU_SHAPE:-16384,4,4096}" \
+      >"$report" 2>&1
+    echo "ncu $entry rc=$?" | tee -a "$OUT/summary.log"
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy|Issued Warp|No Eligible|Warp Cycles Per Issued|Registers Per|Executed Ipc A|highest-utilized|pipeline" \
+      "$report" | sed 's/^ */  /' | tee -a "$OUT/summary.log"
+    # The stall reasons, largest first (warps stalled per issued instruction).
+    grep -E "issue_stalled_.*ratio" "$report" | awk '{print $NF, $1}' | sort -gr | head -8 | sed 's/^/  /' |
+      tee -a "$OUT/summary.log"
+  done
 fi
 
 # ONLY_SANITIZERS=1: build, then only the sanitizer stages (a second device call after one with SKIP_SANITIZER=1,

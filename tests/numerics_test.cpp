@@ -387,20 +387,27 @@ TEST(ExactChains, CertifiedChainsAreExact) {
   std::normal_distribution<float> normal;
   std::uniform_real_distribution<float> unit;
   std::uniform_int_distribution<int> expo(-40, 40), pick(0, 9);
-  int64_t blocks[3] = {}, certified[3] = {}, rounded_declined = 0;
+  int64_t blocks[4] = {}, certified[4] = {}, rounded_declined = 0, by_trailing_zeros = 0;
   for (int trial = 0; trial < 24000; ++trial) {
-    const int kind = trial % 3;  // 0: randn-like; 1: wide exponents; 2: zeros, subnormals and signed zeros
+    // 0: randn-like; 1: wide exponents; 2: zeros, subnormals and signed zeros; 3: weights with few significant bits
+    // (k·2^e, k < 2^q) at scattered exponents, values at wide ones: windows set by trailing zeros, near their limit
+    const int kind = trial % 4;
     const int n = std::vector<int>{1, 2, 4, 8, 16}[trial % 5];
     std::vector<float> a(n);
     for (float& x : a) {
       x = kind == 1 ? std::ldexp(unit(rng), expo(rng)) : 2.0f * unit(rng) - (kind == 2 ? 1.0f : 0.0f);
       if (kind == 2 && pick(rng) == 0) x = pick(rng) < 5 ? -0.0f : 0x1p-140f;
+      if (kind == 3) {
+        const int q = 1 + int(rng() % 24);
+        x = std::ldexp(float(rng() % (uint64_t{1} << q)) * (rng() % 2 ? 1.0f : -1.0f), expo(rng) / 2 - q);
+      }
     }
     std::vector<float> b(8 * n);
     uint32_t largest = 0, smallest = 0x8000;
     for (float& v : b) {
       v = normal(rng);
       if (kind == 1) v = std::ldexp(v, expo(rng) / 4);
+      if (kind == 3) v = std::ldexp(v, expo(rng) / 2);
       if (kind == 2 && pick(rng) == 0) v = pick(rng) < 5 ? -0.0f : std::ldexp(v, -130);
       v = bf16_to_float(round_to_bf16_rne(v));
       const uint32_t m = round_to_bf16_rne(v) & 0x7fffu;
@@ -410,6 +417,11 @@ TEST(ExactChains, CertifiedChainsAreExact) {
     ++blocks[kind];
     const bool ok = exact_chain_spread(largest, smallest) <= exact_chain_window(a.data(), n);
     certified[kind] += ok;
+    // The window the weights' exponents alone give: each non-zero weight with its lowest significand bit set.
+    std::vector<float> dense(a);
+    for (float& x : dense)
+      if (x != 0.0f) x = float_from_bits(float_bits(x) | 1u);
+    by_trailing_zeros += ok && exact_chain_spread(largest, smallest) > exact_chain_window(dense.data(), n);
     for (int e = 0; e < 8; ++e) {
       const float* g = &b[e * n];
       ExactBf16Filter f;
@@ -435,6 +447,8 @@ TEST(ExactChains, CertifiedChainsAreExact) {
   EXPECT_LT(certified[1], blocks[1] * 9 / 10) << "wide exponents are declined";
   EXPECT_GT(certified[2], blocks[2] / 10);  // 26 %: the 2^-130 values widen the spread
   EXPECT_GT(rounded_declined, 100) << "declined chains do round";
+  EXPECT_GT(certified[3], blocks[3] / 20);  // 14 %
+  EXPECT_GT(by_trailing_zeros, blocks[3] / 20) << "windows widened by the weights' trailing zeros are exercised";
 }
 
 // Hand-derived windows and spreads. Weights 1 + 2^-23 (lowest bit 2^-23, largest exponent 0) at n = 2: window
@@ -449,6 +463,19 @@ TEST(ExactChains, HandDerivedWindowsAndSpreads) {
   EXPECT_EQ(exact_chain_spread(big_value, round_to_bf16_rne(0x1p-21f)), 28);
   const double s30 = double(w[0]) * double(2.0f - 0x1p-7f) + double(w[1]) * 0x1p-30;
   EXPECT_NE(s30 - double(w[0]) * double(2.0f - 0x1p-7f), double(w[1]) * 0x1p-30) << "the chain rounds at k = 30";
+  // A weight's lowest set bit, not its exponent - 23: weights 1 and 2^-10 (Ea = 0, Lw = -10) at n = 2 have window
+  // 51 - 1 - 10 = 40 (their exponents alone would give 51 - 1 - 33 = 17). Values 2 - 2^-7 and 2^-k: spread k + 7,
+  // certified up to k = 33; the chain (bits 2^0 .. 2^(-10-k)) stays exact up to k = 42 and rounds at k = 43.
+  const float sparse[2] = {1.0f, 0x1p-10f};
+  EXPECT_EQ(exact_chain_window(sparse, 2), 40);
+  EXPECT_EQ(exact_chain_spread(big_value, round_to_bf16_rne(0x1p-33f)), 40);
+  const double s43 = double(2.0f - 0x1p-7f) + 0x1p-10 * 0x1p-43;
+  EXPECT_NE(s43 - double(2.0f - 0x1p-7f), 0x1p-53) << "the chain rounds at k = 43";
+  // Weights like torch.rand's (k·2^-24) keep Lw = -24 at any magnitude: 0.75 and 3·2^-24 (lowest bits 2^-2 and 2^-24),
+  // window 51 - 1 - (-1 + 24) = 27; a full significand at 2^-20 (lowest bit 2^-43) narrows it to 51 - 1 - 42 = 8.
+  const float quantised[2] = {0.75f, 0x3p-24f}, full[2] = {0.75f, 0x1.fffffep-20f};
+  EXPECT_EQ(exact_chain_window(quantised, 2), 27);
+  EXPECT_EQ(exact_chain_window(full, 2), 8);
   // Zero weights and values: all-zero weights allow any values; no non-zero value is no constraint on the lowest bit.
   const float zeros[4] = {0.0f, -0.0f, 0.0f, 0.0f};
   EXPECT_GT(exact_chain_window(zeros, 4), 1000);

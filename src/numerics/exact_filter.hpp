@@ -251,8 +251,10 @@ MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
 // Exact chains (the experiment MHCDIFF_CUDA_BACKWARD=chains of the compact exact backward): a certificate that
 // ExactBf16Filter's binary64 chain never rounds, so that s == S and RNb(s) is the answer, ties and signed zeros
 // included (the chain's zero is -0 exactly when every term is -0, the certified path's rule). Every non-zero
-// product a_i·b_i is a multiple of 2^(Lw + Lb), Lw and Lb the lowest bits any non-zero a (binary32: its exponent
-// - 23) or b (bf16_lsb_exponent) can have set, and every partial sum is below n·2^(Ea + 1)·2^(Eb + 1) <=
+// product a_i·b_i is a multiple of 2^(Lw + Lb), Lw the lowest bit set in any non-zero a (binary32: its exponent - 23
+// plus its significand's trailing zeros, so that weights made like torch.rand's, k·2^-24, have Lw >= -24 whatever
+// their magnitude) and Lb the lowest any non-zero b can have set (bf16_lsb_exponent: one comparison per block of
+// values, where trailing zeros would cost a count per value), and every partial sum is below n·2^(Ea + 1)·2^(Eb + 1) <=
 // 2^(c + Ea + Eb + 2), Ea and Eb the exponents of the largest |a| and |b|, c = ceil(log2 n). A multiple of 2^L below
 // 2^(L + 53) is a binary64, so no step rounds when c + Ea + Eb + 2 <= Lw + Lb + 53, that is when
 //   exact_chain_spread(b) = Eb - Lb  <=  exact_chain_window(a) = 51 - c - (Ea - Lw).
@@ -260,16 +262,20 @@ MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
 // values, so that one comparison covers its 40 sums at H = 4). Exponents come from the bits (subnormals: the
 // smallest exponent, which only lowers L or raises E). Non-finite weights or values fail the comparison.
 MHC_HD int exact_chain_window(const float* a, int n) {
-  uint32_t largest = 0, lowest_field = 255;  // the largest magnitude; the smallest exponent field of a non-zero a
+  uint32_t largest = 0;  // the largest magnitude
+  int lowest_bit = 1 << 20;  // Lw: the exponent of the lowest bit set in a non-zero a
   for (int i = 0; i < n; ++i) {
     const uint32_t m = float_bits(a[i]) & 0x7fffffffu;
     largest = largest > m ? largest : m;
-    const uint32_t field = (m >> 23) > 1 ? (m >> 23) : 1;
-    if (m != 0 && field < lowest_field) lowest_field = field;
+    if (m == 0) continue;
+    // a = significand·2^(field - 150), the implicit bit included for normal numbers (field 0 reads as 1 without it).
+    const uint32_t field = m >> 23, significand = field > 0 ? (m & 0x7fffffu) | 0x800000u : m;
+    const int bit = static_cast<int>(field > 0 ? field : 1) - 150 + trailing_zeros(significand);
+    lowest_bit = bit < lowest_bit ? bit : lowest_bit;
   }
   if (largest == 0) return 1 << 20;                   // every product is zero: any values
   if ((largest >> 23) == 255) return -(1 << 20);      // an infinity or NaN
-  return 51 - ceil_log2(n) - ((static_cast<int>(largest >> 23) - 127) - (static_cast<int>(lowest_field) - 150));
+  return 51 - ceil_log2(n) - ((static_cast<int>(largest >> 23) - 127) - lowest_bit);
 }
 // From bf16 magnitudes (sign cleared): the largest, and the smallest non-zero one (0x8000 when there is none).
 MHC_HD int exact_chain_spread(uint32_t largest, uint32_t smallest_nonzero) {
