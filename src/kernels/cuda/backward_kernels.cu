@@ -306,9 +306,10 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // whose gradient values' exponent spread fits the token's weight window (exact_chain_spread <= exact_chain_window,
 // numerics/exact_filter.hpp) has binary64 chains that never round, so its ∂x / ∂residual are RNb of the chains (one
 // conversion each, as the fp64 policy's) with no interval; other steps take the interval filter as before. The test
-// costs about three integer instructions per pair of gradient values and one comparison per step, the interval two
-// directed additions, a second conversion, packing and a comparison per element (H100, s25-3: 16384 x 4 x 4096
-// 0.6919 -> 0.7055 ms, 4096 x 4 x 4096 0.2296 -> 0.2191 ms; not yet timed on an H200).
+// costs about three integer instructions per pair of gradient values and one comparison and vote per step, the
+// interval two directed additions, a second conversion, packing and a comparison per element. The warp takes one
+// path (a vote), as a warp whose lanes disagree would run both (H100, s26-1: 16384 x 4 x 4096 0.6923 -> 0.6949 ms,
+// 4096 x 4 x 4096 0.2320 -> 0.2135 ms; not yet timed on an H200).
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
@@ -698,7 +699,7 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int64_t max_blocks = int64_t{1} << 24) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
   const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains>;
@@ -709,7 +710,7 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   }();
   (void)allowed;
   const int64_t token_blocks = (in.shape.S + kTokensPerBlock - 1) / kTokensPerBlock;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, std::min<int64_t>(max_blocks, 1 << 24)));
   kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
@@ -726,8 +727,12 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      if (backward_experiment() == 1)
-        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
+      switch (backward_experiment()) {
+        case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
+        case 2:  // chains-persistent: one wave of blocks, each warp looping over tokens
+          return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream,
+                                                                       int64_t(kCompactBlocks) * multiprocessor_count());
+      }
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
     }
   }
@@ -807,7 +812,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   }
 }
 
-int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}}, 0); }
+int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}, {"chains-persistent", 2}}, 0); }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
