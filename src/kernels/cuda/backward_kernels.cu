@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream, int64_t max_blocks = int64_t{1} << 24) {
+                                 cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
   const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains>;
@@ -710,7 +710,7 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   }();
   (void)allowed;
   const int64_t token_blocks = (in.shape.S + kTokensPerBlock - 1) / kTokensPerBlock;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, std::min<int64_t>(max_blocks, 1 << 24)));
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
   kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
@@ -727,12 +727,8 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      switch (backward_experiment()) {
-        case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
-        case 2:  // chains-persistent: one wave of blocks, each warp looping over tokens
-          return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream,
-                                                                       int64_t(kCompactBlocks) * multiprocessor_count());
-      }
+      if (backward_experiment() == 1)
+        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
     }
   }
@@ -812,7 +808,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   }
 }
 
-int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}, {"chains-persistent", 2}}, 0); }
+int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}}, 0); }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
