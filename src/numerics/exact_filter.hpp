@@ -270,7 +270,7 @@ MHC_HD int exact_chain_window(const float* a, int n) {
     if (m == 0) continue;
     // a = significand·2^(field - 150), the implicit bit included for normal numbers (field 0 reads as 1 without it).
     const uint32_t field = m >> 23, significand = field > 0 ? (m & 0x7fffffu) | 0x800000u : m;
-    const int bit = static_cast<int>(field > 0 ? field : 1) - 150 + trailing_zeros(significand);
+    const int bit = static_cast<int>(field > 0 ? field : 1) - 150 + count_trailing_zeros64(significand);
     lowest_bit = bit < lowest_bit ? bit : lowest_bit;
   }
   if (largest == 0) return 1 << 20;                   // every product is zero: any values

@@ -2,7 +2,6 @@
 // IEEE binary32/binary64 operations with the rounding written out, so no compiler may contract or
 // reassociate them. On the GPU the *_rn intrinsics are never fused by nvcc; on the CPU the library is
 // compiled with -ffp-contract=off, and fused steps use fma explicitly.
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -162,15 +161,6 @@ MHC_HD float fma_ru32(float a, float b, float c) {
   if (t == 0.0) return std::signbit(p) && std::signbit(c) ? -0.0f : 0.0f;
   const float f = static_cast<float>(t);
   return double(f) < t || (double(f) == t && err > 0.0) ? std::nextafter(f, HUGE_VALF) : f;
-#endif
-}
-
-// The number of trailing zero bits of a non-zero word (std::countr_zero, which device code cannot call).
-MHC_HD int trailing_zeros(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __ffs(static_cast<int>(u)) - 1;
-#else
-  return std::countr_zero(u);
 #endif
 }
 
