@@ -10,7 +10,7 @@
 #          16384,4,4096 and 4096,4,4096, medians summarised, every shape benched with each variant; AB_TEST=FILTER
 #          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
-#          TORCH_TIMEOUT). AB_ARGS="--hold-sms 36": more options for the A/B's bench calls. SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
+#          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
 #          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
 #          kernels over S (whole and partial waves). NCU="exact fp64 exact:MHCDIFF_CUDA_BACKWARD=chains" profiles one
 #          backward launch of each (Nsight Compute, stall reasons; NCU_SHAPE).
@@ -47,8 +47,7 @@ ab_experiment() {
     for variant in default "$@"; do
       if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
       for shape in 16384,4,4096 4096,4,4096; do
-        # shellcheck disable=SC2086  # AB_ARGS is a list of options
-        timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" ${AB_ARGS:-} \
+        timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" \
           >"$OUT/ab_call.csv" 2>>"$OUT/bench.log"
         rc=$?
         [[ $rc == 0 ]] || echo "A/B $name $variant $shape round $round: bench rc=$rc" | tee -a "$OUT/summary.log"

@@ -21,7 +21,6 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
     std::string dump_dir;
     int reps = 0;
     int threads = 0;
-    int hold_sms = 0;
     uint64_t seed = 1;
     bool no_backward = false;
   };
@@ -40,11 +39,6 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--dump", args->dump_dir,
                   "GPU only: write the first shape's inputs and outputs as raw files into this existing directory "
                   "(for scripts/torch_peer.py)");
-  cmd->add_option("--hold-sms", args->hold_sms,
-                  "GPU only: keep this many multiprocessors idle while timing (an H100 with 36 held has about an "
-                  "H200's memory bandwidth per multiprocessor; kernels without shared memory may still use them)")
-      ->check(whole_number_in(0, 1024))
-      ->capture_default_str();
   cmd->callback([args, &ctx] {
     bench::BenchOptions opt;
     for (const std::string& s : args->shapes) opt.shapes.push_back(bench::parse_shape(s));
@@ -59,7 +53,6 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
     opt.backward = !args->no_backward;
     opt.threads = args->threads;
     opt.dump_dir = args->dump_dir;
-    opt.hold_sms = args->hold_sms;
     const bench::BenchReport report = bench::run_bench(opt);
     const std::string text = args->format == "csv"        ? bench::format_csv(report)
                              : args->format == "markdown" ? bench::format_markdown(report)

@@ -128,7 +128,7 @@ void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
 
 #if MHCDIFF_HAVE_CUDA
 void bench_gpu(const BenchOptions& opt, int reps, BenchReport& report) {
-  cuda::DeviceBenchOptions dev{reps, opt.seed, opt.backward, opt.dump_dir, opt.hold_sms};
+  cuda::DeviceBenchOptions dev{reps, opt.seed, opt.backward, opt.dump_dir};
   for (size_t i = 0; i < opt.shapes.size(); ++i) {
     const cuda::ShapeTiming t = cuda::bench_shape(opt.shapes[i], opt.policies, dev, i == 0 && !opt.dump_dir.empty());
     const double copy_gbps = double(t.copy_bytes) / (t.copy_median_ms * 1e6);
@@ -164,8 +164,6 @@ BenchReport run_bench(const BenchOptions& options) {
   const int reps = opt.reps > 0 ? opt.reps : (opt.device == Device::cuda ? 40 : 3);
   BenchReport report;
   report.device = device_name(opt.device);
-  // No comma: the CSV quotes the name, but scripts split its lines on commas.
-  if (opt.hold_sms > 0) report.device += fmt::format(" ({} multiprocessors held idle)", opt.hold_sms);
   report.reps = reps;
 #if MHCDIFF_HAVE_CUDA
   if (opt.device == Device::cuda) {
@@ -174,7 +172,6 @@ BenchReport run_bench(const BenchOptions& options) {
   }
 #endif
   if (!opt.dump_dir.empty()) throw InputError("--dump needs --device cuda");
-  if (opt.hold_sms > 0) throw InputError("--hold-sms needs --device cuda");
   bench_cpu(opt, reps, report);
   return report;
 }

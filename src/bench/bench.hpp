@@ -22,7 +22,6 @@ struct BenchOptions {
   bool backward = true;
   int threads = 0;       // CPU only
   std::string dump_dir;  // GPU only: raw inputs/outputs of the first shape for scripts/torch_peer.py
-  int hold_sms = 0;      // GPU only: multiprocessors kept idle while timing (cuda::DeviceBenchOptions::hold_sms)
 };
 
 struct BenchRow {

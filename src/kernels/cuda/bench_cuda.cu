@@ -6,15 +6,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <stdexcept>
-#include <string>
-#include <thread>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -46,75 +42,6 @@ __global__ void fill_uniform_f32(float* p, int64_t n, uint64_t seed, float scale
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = scale * uniform01(splitmix64(seed ^ (uint64_t(i) * 0x9e3779b97f4a7c15ull)));
 }
-
-// --hold-sms N: N blocks that each take a whole multiprocessor's shared memory, so that no block of a kernel with
-// shared memory can share their multiprocessors (every backward kernel has its ring), and wait there for the host.
-// An H100 with 96 of its 132 multiprocessors left to the timed kernels has about the H200's memory bandwidth per
-// multiprocessor (2.97 TB/s / 96 against 4.11 TB/s / 132), so a kernel that is held by its arithmetic on the H200
-// and by memory on the H100 can be timed in the H200's balance on either (docs/performance.md, "Method").
-__global__ void hold_multiprocessor(const volatile int* release, int* held_sm) {
-  extern __shared__ int reserved[];  // never touched: its size is what keeps other blocks away
-  if (threadIdx.x != 0) return;
-  unsigned sm = 0;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  *reinterpret_cast<volatile int*>(held_sm + blockIdx.x) = int(sm) + 1;  // host-mapped: 0 means not yet resident
-  __threadfence_system();
-  while (*release == 0) __nanosleep(20000);
-}
-
-// The hold for one shape's timings: resident on `count` distinct multiprocessors once constructed, released (and
-// waited for) by the destructor, which must run before any cudaFree (that waits for every stream: it would wait
-// on the hold). Its stream does not synchronise with the legacy default stream the timed launches use.
-class MultiprocessorHold {
- public:
-  explicit MultiprocessorHold(int count) : count_(count) {
-    if (count_ == 0) return;
-    int device = 0, sms = 0, smem = 0;
-    MHC_CUDA_CHECK(cudaGetDevice(&device));
-    MHC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    MHC_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (count_ >= sms)
-      throw std::invalid_argument("--hold-sms " + std::to_string(count_) + ": the GPU has " + std::to_string(sms) +
-                                  " multiprocessors; hold fewer");
-    MHC_CUDA_CHECK(cudaHostAlloc(&host_, sizeof(int) * (1 + count_), cudaHostAllocMapped));
-    std::fill(host_, host_ + 1 + count_, 0);
-    int* device_view = nullptr;
-    MHC_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_view), host_, 0));
-    MHC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    MHC_CUDA_CHECK(cudaFuncSetAttribute(hold_multiprocessor, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    hold_multiprocessor<<<count_, 32, smem, stream_>>>(device_view, device_view + 1);
-    MHC_CUDA_CHECK_LAUNCH();
-    launched_ = true;
-    const volatile int* held = host_ + 1;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    for (;;) {
-      std::set<int> distinct;
-      for (int i = 0; i < count_; ++i)
-        if (const int sm = held[i]; sm != 0) distinct.insert(sm);
-      if (int(distinct.size()) == count_) break;
-      if (std::chrono::steady_clock::now() > deadline)
-        throw std::runtime_error("--hold-sms: " + std::to_string(distinct.size()) + " of " + std::to_string(count_) +
-                                 " holding blocks resident on distinct multiprocessors after 10 s");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  ~MultiprocessorHold() {
-    if (launched_) {
-      *static_cast<volatile int*>(host_) = 1;
-      cudaStreamSynchronize(stream_);  // no throw from a destructor
-    }
-    if (stream_) cudaStreamDestroy(stream_);
-    if (host_) cudaFreeHost(host_);
-  }
-  MultiprocessorHold(const MultiprocessorHold&) = delete;
-  MultiprocessorHold& operator=(const MultiprocessorHold&) = delete;
-
- private:
-  int count_ = 0;
-  int* host_ = nullptr;  // [0]: the release flag; [1 + i]: block i's multiprocessor + 1
-  cudaStream_t stream_ = nullptr;
-  bool launched_ = false;
-};
 
 constexpr int kFillBlocks = 1024, kFillThreads = 256;
 
@@ -170,7 +97,7 @@ class EventTimer {
   template <class F>
   std::pair<double, double> time(int reps, int warmup, F&& fn) {
     for (int i = 0; i < warmup; ++i) fn(i);
-    MHC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // not the device: a MultiprocessorHold never ends by itself
+    MHC_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<double> ms;
     for (int i = 0; i < reps; ++i) {
       MHC_CUDA_CHECK(cudaEventRecord(start_));
@@ -228,21 +155,9 @@ ShapeTiming bench_shape(const Shape& sh, const std::vector<Policy>& policies, co
   EventTimer timer;
   constexpr int kWarmup = 3;
   result.copy_bytes = forward_bytes(sh);
-  DeviceBuffer<char> src(size_t(result.copy_bytes / 2)), dst(size_t(result.copy_bytes / 2));
-  MHC_CUDA_CHECK(cudaMemset(src.get(), 1, src.bytes()));
-  if (opt.hold_sms > 0) {
-    // Every kernel is launched once before the hold: with lazy loading (the default since CUDA 12.2) a kernel's
-    // module is loaded at its first launch, which waits for the device, so a first launch under the hold would
-    // wait for it forever.
-    MHC_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice));
-    for (const Policy& p : policies) {
-      launch_forward(p.desc, inputs[0].view(sh), fwd_out, fallback, nullptr);
-      if (opt.backward) launch_backward(p.desc, inputs[0].view(sh), bwd_out, fallback, nullptr);
-    }
-    MHC_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  const MultiprocessorHold hold(opt.hold_sms);  // after every allocation and first launch, released before any free
   {
+    DeviceBuffer<char> src(size_t(result.copy_bytes / 2)), dst(size_t(result.copy_bytes / 2));
+    MHC_CUDA_CHECK(cudaMemset(src.get(), 1, src.bytes()));
     auto [median, min] = timer.time(opt.reps, kWarmup, [&](int) {
       MHC_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), src.bytes(), cudaMemcpyDeviceToDevice));
     });

@@ -34,9 +34,6 @@ struct DeviceBenchOptions {
   // little-endian files (x.bin, residual.bin, post.bin, comb.bin, grad_out.bin, <policy>.out.bin, ...) with
   // a meta.json, for an external peer check (scripts/torch_peer.py).
   std::string dump_dir;
-  // Multiprocessors kept idle while timing (0: none), to time kernels in another GPU's balance of memory bandwidth
-  // and arithmetic (bench_cuda.cu's MultiprocessorHold). The copy is timed under the hold too.
-  int hold_sms = 0;
 };
 
 ShapeTiming bench_shape(const Shape& shape, const std::vector<Policy>& policies, const DeviceBenchOptions& options,
