@@ -230,13 +230,10 @@ inline constexpr int kTokenWarps = H != 8 ? 1 : M == Mode::exact ? 9 : M == Mode
 template <Mode M, int H>
 inline constexpr int kFewTokenWarps = H == 4 ? 5 : H == 8 && M != Mode::fp32 ? 9 : kTokenWarps<M, H>;
 
-// kWarpBlocks (the experiment MHCDIFF_CUDA_BACKWARD=warp-blocks, G = 1 only): blocks of one warp, so that a
-// multiprocessor takes a new token as soon as any of its warps ends one, instead of when a block's slowest of four
-// does.
-constexpr int backward_block_warps(int G, bool warp_blocks = false) { return warp_blocks ? 1 : G == 1 ? kBackwardWarps : G; }
+constexpr int backward_block_warps(int G) { return G == 1 ? kBackwardWarps : G; }
 constexpr int backward_rows(int H, int G) { return (H + 1) / G + H; }  // R stream rows, grad_out[0..H)
-constexpr size_t backward_ring_bytes(int H, int G, bool warp_blocks = false) {
-  return size_t(backward_block_warps(G, warp_blocks)) * kStages * backward_rows(H, G) * kReduceLanes * sizeof(uint4);
+constexpr size_t backward_ring_bytes(int H, int G) {
+  return size_t(backward_block_warps(G)) * kStages * backward_rows(H, G) * kReduceLanes * sizeof(uint4);
 }
 
 // The per-lane partial of one dot product: the policy's accumulator, or for exact the dot filter.
@@ -313,14 +310,12 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // interval two directed additions, a second conversion, packing and a comparison per element. The warp takes one
 // path (a vote), as a warp whose lanes disagree would run both (H100, s26-1: 16384 x 4 x 4096 0.6923 -> 0.6949 ms,
 // 4096 x 4 x 4096 0.2320 -> 0.2135 ms; not yet timed on an H200).
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kWarpBlocks = false>
-__global__ void __launch_bounds__(backward_block_warps(G, kWarpBlocks) * 32,
-                                  (kWarpBlocks ? kCompactBlocks * kBackwardWarps : kBackwardBlocks<M, kCompact>))
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
+__global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   static_assert(!kChains || (M == Mode::exact && kCompact), "chains: the compact exact kernel");
-  static_assert(!kWarpBlocks || (M == Mode::exact && kCompact), "warp blocks: the compact exact kernel");
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
   // multiplied by 2^896 before they are merged (H200, 16384 x 4 x 4096: 0.621 -> 0.600 ms, 40 fewer binary64
@@ -335,7 +330,7 @@ __global__ void __launch_bounds__(backward_block_warps(G, kWarpBlocks) * 32,
   static_assert((H + 1) % G == 0, "every warp of a token takes the same number of stream rows");
   constexpr int R = (H + 1) / G;
   constexpr int kRows = backward_rows(H, G);
-  constexpr int kWarps = backward_block_warps(G, kWarpBlocks);
+  constexpr int kWarps = backward_block_warps(G);
   extern __shared__ uint4 ring_memory[];
   const PolicyDesc pd = pol.get();
   const int lane = threadIdx.x & 31;
@@ -702,13 +697,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kWarpBlocks = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
-  constexpr int kBlockWarps = backward_block_warps(G, kWarpBlocks);
-  constexpr int kTokensPerBlock = kBlockWarps / G;
-  constexpr size_t bytes = backward_ring_bytes(H, G, kWarpBlocks);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kWarpBlocks>;
+  constexpr int kTokensPerBlock = backward_block_warps(G) / G;
+  constexpr size_t bytes = backward_ring_bytes(H, G);
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -717,7 +711,7 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   (void)allowed;
   const int64_t token_blocks = (in.shape.S + kTokensPerBlock - 1) / kTokensPerBlock;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
-  kernel<<<blocks, kBlockWarps * 32, bytes, stream>>>(pol, in, out, fb);
+  kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
 }
 
@@ -733,11 +727,8 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      switch (backward_experiment()) {
-        case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
-        case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, false, true>(pol, in, out, fb, stream);
-        case 3: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
-      }
+      if (backward_experiment() == 1)
+        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
       return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
     }
   }
@@ -817,9 +808,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   }
 }
 
-int backward_experiment() {
-  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}, {"warp-blocks", 2}, {"chains-warp-blocks", 3}}, 0);
-}
+int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}}, 0); }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 

@@ -40,7 +40,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // the next one matters) from this many on.
 int64_t compact_backward_min_tokens();
 // The experiment switch MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md) for the compact exact
-// backward: 1 for `chains`, 2 for `warp-blocks`, 3 for both; 0 (the measured kernel) when unset or anything else.
+// backward: 1 for `chains`; 0 (the measured kernel) when unset or anything else.
 int backward_experiment();
 int64_t exact_forward_looping_min_tokens();
 
