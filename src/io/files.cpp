@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cctype>
@@ -54,12 +56,16 @@ extern "C" void remove_temps_and_die(int sig) {
 extern "C" void report_crash(int sig) {
   remove_temps();
   const char* message =
-      sig == SIGBUS ? "[error] mhcdiff crashed (SIGBUS) reading or writing a file: a damaged HDF5 file, or one "
-                      "truncated while mapped, does this; check the files with h5dump (if they are intact, this is a "
-                      "bug in mhcdiff). Nothing was written.\n"
-                    : "[error] mhcdiff crashed (SIGSEGV): HDF5 1.10 does this reading a damaged file (h5dump crashes on "
-                      "it too); check the input files with h5dump (if they are intact, this is a bug in mhcdiff). "
-                      "Nothing was written.\n";
+      "[error] mhcdiff crashed (SIGSEGV): HDF5 1.10 does this reading a damaged file (h5dump crashes on it too); check "
+      "the input files with h5dump (if they are intact, this is a bug in mhcdiff). Nothing was written.\n";
+  if (sig == SIGBUS)
+    message = "[error] mhcdiff crashed (SIGBUS) reading or writing a file: a damaged HDF5 file, or one truncated while "
+              "mapped, does this; check the files with h5dump (if they are intact, this is a bug in mhcdiff). Nothing "
+              "was written.\n";
+  if (sig == SIGABRT)  // glibc's own line ("free(): invalid pointer") comes first
+    message = "[error] mhcdiff aborted (SIGABRT), most likely freeing a corrupted pointer: HDF5 1.10 hands out such "
+              "pointers reading a damaged file; check the input files with h5dump (if they are intact, this is a bug "
+              "in mhcdiff). Nothing was written.\n";
   ssize_t ignored = write(STDERR_FILENO, message, std::strlen(message));
   (void)ignored;
   _exit(2);
@@ -126,6 +132,62 @@ fs::path resolve_output(const fs::path& p0, bool& followed) {
 
 }  // namespace
 
+// ---- StallGuard: one process-wide one-shot timer, armed by the outermost guard ------------------------------
+namespace {
+
+std::array<char, 1024> g_stall_message{};
+size_t g_stall_length = 0;
+volatile sig_atomic_t g_stall_armed = 0;
+
+// Async-signal-safe: unlink, write and _exit only. A signal that arrives after the guard ended is ignored.
+extern "C" void report_stall(int) {
+  if (!g_stall_armed) return;
+  remove_temps();
+  ssize_t ignored = write(STDERR_FILENO, g_stall_message.data(), g_stall_length);
+  (void)ignored;
+  _exit(2);
+}
+
+// The timer, created on first use (nullptr when the system refuses one: the guard then does nothing).
+timer_t* stall_timer() {
+  static timer_t timer;
+  static const bool created = [] {
+    struct sigaction action {};
+    action.sa_handler = report_stall;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGRTMIN, &action, nullptr) != 0) return false;
+    sigevent event{};
+    event.sigev_notify = SIGEV_SIGNAL;
+    event.sigev_signo = SIGRTMIN;
+    return timer_create(CLOCK_MONOTONIC, &event, &timer) == 0;
+  }();
+  return created ? &timer : nullptr;
+}
+
+}  // namespace
+
+StallGuard::StallGuard(const std::string& message, double seconds) {
+  timer_t* timer = stall_timer();
+  if (g_stall_armed || timer == nullptr || !(seconds > 0 && seconds < 1e9)) return;  // 1e9 s: no limit
+  const std::string line = "[error] " + message + "\n";
+  g_stall_length = std::min(line.size(), g_stall_message.size());
+  std::memcpy(g_stall_message.data(), line.data(), g_stall_length);
+  g_stall_message[g_stall_length - 1] = '\n';
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(seconds);
+  when.it_value.tv_nsec = static_cast<long>((seconds - double(when.it_value.tv_sec)) * 1e9);
+  g_stall_armed = 1;
+  armed_ = timer_settime(*timer, 0, &when, nullptr) == 0;
+  if (!armed_) g_stall_armed = 0;
+}
+
+StallGuard::~StallGuard() {
+  if (!armed_) return;
+  g_stall_armed = 0;  // first: a signal already on its way is then ignored
+  const itimerspec off{};
+  timer_settime(*stall_timer(), 0, &off, nullptr);
+}
+
 void report_crashes_as_input_errors() {
   // The handler runs on a stack of its own, so that a crash by stack overflow (the main thread's) gets the message
   // too instead of dying silently where the handler would have run.
@@ -134,7 +196,7 @@ void report_crashes_as_input_errors() {
   alternate.ss_sp = handler_stack.data();
   alternate.ss_size = handler_stack.size();
   const bool on_own_stack = sigaltstack(&alternate, nullptr) == 0;
-  for (int sig : {SIGSEGV, SIGBUS}) {
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) {
     struct sigaction action {};
     action.sa_handler = report_crash;
     sigemptyset(&action.sa_mask);

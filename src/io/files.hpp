@@ -38,11 +38,28 @@ std::filesystem::path check_output_path(const std::string& path, const std::stri
 std::filesystem::path check_output_fits(const std::string& path, const std::string& what, double bytes,
                                         const std::vector<SourceFile>& sources = {});
 
-// For the command-line program: a crash (SIGSEGV, SIGBUS) removes the temp files, says in one line what usually
-// causes it and exits 2 (the exit code of an input error) instead of dying silently with 139. HDF5 1.10 crashes
-// this way reading a damaged file (a few bytes overwritten inside its global heap; h5dump crashes on it too), which
-// is bad input; the line also says that an intact file means a bug.
+// For the command-line program: a crash (SIGSEGV, SIGBUS, or SIGABRT from the C library's heap checks) removes the
+// temp files, says in one line what usually causes it and exits 2 (the exit code of an input error) instead of dying
+// silently with 139 or 134. HDF5 1.10 crashes this way reading a damaged file (a few bytes overwritten inside its
+// global heap; h5dump crashes on it too): which signal depends on the garbage pointer it hands out (free() of it
+// aborts). That is bad input; the line also says that an intact file means a bug.
 void report_crashes_as_input_errors();
+
+// Ends the process if it is still inside the guarded call `seconds` after the guard was made: `message` (one line)
+// on stderr, the registered temp files removed, exit 2 (an input error). For HDF5 calls that loop forever on some
+// damaged files: HDF5 1.10 reads a global heap collection whose free-space object has size 0 by stepping 0 bytes
+// forever (docs/format.md, "Atomic writes"). A POSIX timer and a real-time signal, so that the handler can act while
+// the loop holds the thread; it only unlinks, writes and exits. Guards do not nest: an inner one does nothing.
+class StallGuard {
+ public:
+  StallGuard(const std::string& message, double seconds);
+  ~StallGuard();
+  StallGuard(const StallGuard&) = delete;
+  StallGuard& operator=(const StallGuard&) = delete;
+
+ private:
+  bool armed_ = false;
+};
 
 // An output file written beside its destination and renamed over it on commit(), so a reader never sees a partial
 // file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,

@@ -703,6 +703,33 @@ void write_int_attribute(hid_t object, const std::string& name, int64_t value) {
 
 namespace {
 
+// How long reading one variable-length string attribute may take before the file is called damaged: the time of
+// one small read from HDF5's global heap, many times over (MHCDIFF_HEAP_READ_SECONDS sets it; the tests use 1).
+double heap_read_limit_seconds() {
+  if (const char* v = std::getenv("MHCDIFF_HEAP_READ_SECONDS")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end != v && *end == '\0' && seconds > 0) return seconds;
+  }
+  return 30.0;
+}
+
+// "attribute @name of /path in file.h5", for the stall message.
+std::string attribute_place(hid_t attr) {
+  auto name_of = [&](auto get) {
+    const ssize_t size = get(nullptr, 0);
+    if (size <= 0) return std::string("?");
+    std::string text(static_cast<size_t>(size) + 1, '\0');
+    get(text.data(), text.size());
+    text.resize(static_cast<size_t>(size));
+    return text;
+  };
+  return fmt::format("attribute @{} of {} in {}",
+                     name_of([&](char* buf, size_t size) { return H5Aget_name(attr, size, buf); }),
+                     name_of([&](char* buf, size_t size) { return H5Iget_name(attr, buf, size); }),
+                     name_of([&](char* buf, size_t size) { return H5Fget_name(attr, buf, size); }));
+}
+
 std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
   std::vector<std::string> out;
   if (H5Tis_variable_str(type) > 0) {
@@ -710,6 +737,15 @@ std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
     H5Tset_size(mem.get(), H5T_VARIABLE);
     H5Tset_cset(mem.get(), H5Tget_cset(type));
     std::vector<char*> buf(static_cast<size_t>(n), nullptr);
+    // The strings live in HDF5's global heap, whose reader in HDF5 1.10 loops forever on a collection damaged in a
+    // particular way (a free-space object of size 0); h5dump hangs on such a file too. Hence the guard.
+    const double limit = heap_read_limit_seconds();
+    const StallGuard guard(fmt::format("reading the {} took more than {:g} s: HDF5 1.10 loops forever on some "
+                                       "damaged files (a damaged global heap, where string attributes live); check the "
+                                       "file with h5dump, and if it is intact, raise MHCDIFF_HEAP_READ_SECONDS. "
+                                       "Nothing was written.",
+                                       attribute_place(attr), limit),
+                           limit);
     if (H5Aread(attr, mem.get(), buf.data()) < 0) return out;
     for (char* s : buf) out.emplace_back(s ? s : "");
     Handle space(H5Aget_space(attr));
