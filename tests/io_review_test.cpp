@@ -772,6 +772,47 @@ TEST_F(IoReview, AMissingFilterIsNamedNotCalledCorruption) {
   expect_refused("run damaged.h5 -o out.h5 --policies hf", {"damaged.h5", "/inputs/post", "Fletcher32", "corrupt"});
 }
 
+// Files mhcdiff writes carry a Fletcher-32 checksum per chunk: one byte changed in a stored chunk of an input file
+// (gen), of a results file (run) or of a golden baseline (golden regen) is refused by every reader instead of read
+// as other values (before, such a file passed, and a compare or golden check judged the changed values).
+TEST_F(IoReview, OneChangedByteInAFileMhcdiffWroteIsRefused) {
+  ASSERT_EQ(run_bounded(dir, "gen --preset randn --shape 8,2,16 --grad -o in.h5").exit_code, 0);
+  ASSERT_EQ(run_bounded(dir, "run in.h5 -o res.h5 --policies hf,fp32-seeded --backward").exit_code, 0);
+  ASSERT_EQ(run_bounded(dir, "golden regen in.h5 -o golden.h5 --policies fp32-seeded").exit_code, 0);
+  // Flips one byte in the middle of the first chunk of `dataset`, found through HDF5's chunk index.
+  auto damage = [&](const std::string& from, const std::string& to, const char* dataset) {
+    std::filesystem::copy_file(dir.file(from), dir.file(to));
+    const hid_t f = H5Fopen(dir.file(to).c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f, 0) << to;
+    const hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+    ASSERT_GE(ds, 0) << dataset;
+    const hid_t dcpl = H5Dget_create_plist(ds);
+    EXPECT_GE(H5Pget_nfilters(dcpl), 1) << dataset << " has no filter: no checksum";
+    H5Pclose(dcpl);
+    const hsize_t origin[4] = {0, 0, 0, 0};
+    haddr_t offset = HADDR_UNDEF;
+    hsize_t size = 0;
+    H5Dget_chunk_info_by_coord(ds, origin, nullptr, &offset, &size);
+    H5Dclose(ds);
+    H5Fclose(f);
+    ASSERT_NE(offset, HADDR_UNDEF) << dataset;
+    std::fstream bytes(dir.file(to), std::ios::in | std::ios::out | std::ios::binary);
+    bytes.seekg(std::streamoff(offset + size / 2));
+    const char old = char(bytes.get());
+    bytes.seekp(std::streamoff(offset + size / 2));
+    bytes.put(char(old ^ 0x10));
+  };
+  damage("in.h5", "in-damaged.h5", "/inputs/x");
+  damage("res.h5", "res-damaged.h5", "/results/hf-bf16/out");
+  damage("golden.h5", "golden-damaged.h5", "/results/fp32-seeded/grad_x");
+  expect_refused("run in-damaged.h5 -o out.h5 --policies hf", {"in-damaged.h5", "/inputs/x", "Fletcher32"});
+  expect_refused("compare res-damaged.h5:hf-bf16 res.h5:fp32-seeded", {"res-damaged.h5", "out", "Fletcher32"});
+  expect_refused("golden check res.h5:fp32-seeded --golden golden-damaged.h5", {"golden-damaged.h5", "grad_x", "Fletcher32"});
+  // The intact files still read.
+  EXPECT_EQ(run_bounded(dir, "compare res.h5:hf-bf16 res.h5:fp32-seeded --inputs in.h5").exit_code, 0);
+  EXPECT_EQ(run_bounded(dir, "golden check res.h5:fp32-seeded --golden golden.h5").exit_code, 0);
+}
+
 // A file another process holds open for writing (a training job's h5py writer) is locked by HDF5; that was
 // reported as "truncated or corrupt".
 TEST_F(IoReview, AFileOpenForWritingElsewhereIsNamedAsLocked) {
