@@ -435,12 +435,13 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
           }
           if constexpr (kChains) smallest = min_nonzero_magnitude_pairs(gc[ho], smallest);
         }
-        max_value = float_from_bits(max_pair_word(pairs));
+        const uint32_t max_word = max_pair_word(pairs);  // the largest magnitude, in the high half
+        max_value = float_from_bits(max_word);
         // Decided for the warp (the lanes still in the loop): where some lanes' chains may round, every lane takes
         // the interval path, instead of the warp running both paths one after the other.
         if constexpr (kChains)
-          chains_exact = __all_sync(__activemask(),
-                                    exact_chain_spread(max_pair_word(pairs) >> 16, min_pair_word(smallest)) <= chain_window);
+          chains_exact =
+              __all_sync(__activemask(), exact_chain_spread(max_word >> 16, min_pair_word(smallest)) <= chain_window);
       }
       // One stream row at a time: its ∂x / ∂residual chunk and its H dot products with the gradient rows.
       // Gradient values are widened once (exact) for all the sums that read them. kExactChains: the step's chains
