@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -35,6 +36,31 @@ class CliIo : public ::testing::Test {
     EXPECT_EQ(r.error_lines(), 1) << "exactly one message expected, got:\n" << r.err;
     for (const char* text : must_mention) EXPECT_NE(r.err.find(text), std::string::npos) << "'" << text << "' in: " << r.err;
     EXPECT_EQ(sorted_entries(), before) << "nothing may be written for: " << args;
+  }
+
+  // The commands that read a file, run on damaged.h5 with `shell_prefix`: a gen'd intact.h5 whose bytes `damage`
+  // changed, given the offset of its global heap ("GCOL", where the string attributes live). Each must exit 2, write
+  // nothing and leave an existing out.h5 untouched; `check` judges the rest of its result.
+  void expect_damaged_heap_refused(const std::function<void(std::string& bytes, size_t heap)>& damage,
+                                   const std::string& shell_prefix,
+                                   const std::function<void(const std::string& args, const CliResult& r)>& check) {
+    ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 8,4,32 --grad -o intact.h5").exit_code, 0);
+    std::string bytes = read_file_bytes(dir.file("intact.h5"));
+    const size_t heap = bytes.find("GCOL");
+    ASSERT_NE(heap, std::string::npos) << "no global heap in the file";
+    damage(bytes, heap);
+    if (HasFatalFailure()) return;
+    std::ofstream(dir.file("damaged.h5"), std::ios::binary) << bytes;
+    std::ofstream(dir.file("out.h5")) << "the previous output";
+    for (const char* args :
+         {"info damaged.h5", "run damaged.h5 -o out.h5", "compare damaged.h5:hf policy:hf --inputs intact.h5"}) {
+      const auto before = sorted_entries();
+      const CliResult r = run_cli(dir, args, shell_prefix);
+      EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err << (r.exit_code == 124 ? " (timed out)" : "");
+      check(args, r);
+      EXPECT_EQ(sorted_entries(), before) << args;
+      EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output") << args;
+    }
   }
 
   // A value CLI11 refuses: exit 2 with CLI11's message on one line (pointing to --help), nothing written.
@@ -556,18 +582,10 @@ TEST_F(CliIo, ACpuBenchLargerThanTheMemoryIsRefusedUpFront) {
 // where glibc writes its own line ("free(): invalid pointer") before it aborts, which no program can prevent; so
 // besides mhcdiff's one line only such a line of glibc's is allowed.
 TEST_F(CliIo, AFileThatCrashesHdf5IsOneLineAndExit2) {
-  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 8,4,32 --grad -o intact.h5").exit_code, 0);
-  std::string bytes = read_file_bytes(dir.file("intact.h5"));
-  const size_t heap = bytes.find("GCOL");
-  ASSERT_NE(heap, std::string::npos) << "no global heap in the file";
-  bytes.replace(heap + 24, 8, std::string(8, '\xff'));
-  std::ofstream(dir.file("damaged.h5"), std::ios::binary) << bytes;
-  std::ofstream(dir.file("out.h5")) << "the previous output";
-  for (const char* args :
-       {"info damaged.h5", "run damaged.h5 -o out.h5", "compare damaged.h5:hf policy:hf --inputs intact.h5"}) {
-    const auto before = sorted_entries();
-    const CliResult r = run_cli(dir, args);
-    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+  const auto overwrite_first_object_size = [](std::string& bytes, size_t heap) {
+    bytes.replace(heap + 24, 8, std::string(8, '\xff'));
+  };
+  expect_damaged_heap_refused(overwrite_first_object_size, "", [](const std::string& args, const CliResult& r) {
     std::istringstream lines(r.err);
     int ours = 0, others = 0;
     for (std::string line; std::getline(lines, line);) {
@@ -578,9 +596,7 @@ TEST_F(CliIo, AFileThatCrashesHdf5IsOneLineAndExit2) {
     }
     EXPECT_EQ(ours, 1) << args << "\n" << r.err;
     EXPECT_EQ(others, 0) << args << "\n" << r.err;
-    EXPECT_EQ(sorted_entries(), before) << args;
-    EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output") << args;
-  }
+  });
 }
 
 // A global heap collection (HDF5 file format, "Global Heap": "GCOL", version, 3 reserved bytes, the 8-byte collection
@@ -590,35 +606,27 @@ TEST_F(CliIo, AFileThatCrashesHdf5IsOneLineAndExit2) {
 // command gave no word and never ended; now the read is given MHCDIFF_HEAP_READ_SECONDS (here 1) and the command
 // ends with one line and exit 2, nothing written, an existing output untouched.
 TEST_F(CliIo, AFileThatMakesHdf5LoopIsOneLineAndExit2) {
-  ASSERT_EQ(run_cli(dir, "gen --preset randn --shape 8,4,32 --grad -o intact.h5").exit_code, 0);
-  std::string bytes = read_file_bytes(dir.file("intact.h5"));
-  const size_t heap = bytes.find("GCOL");
-  ASSERT_NE(heap, std::string::npos) << "no global heap in the file";
-  auto u64 = [&](size_t at) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = v << 8 | static_cast<unsigned char>(bytes[at + size_t(i)]);
-    return v;
+  const auto free_space_of_size_zero = [](std::string& bytes, size_t heap) {
+    auto u64 = [&](size_t at) {
+      uint64_t v = 0;
+      for (int i = 7; i >= 0; --i) v = v << 8 | static_cast<unsigned char>(bytes[at + size_t(i)]);
+      return v;
+    };
+    const uint64_t collection = u64(heap + 8);
+    size_t object = heap + 16;
+    while (object + 16 <= heap + collection && (bytes[object] != 0 || bytes[object + 1] != 0))  // index 0: free space
+      object += 16 + (u64(object + 8) + 7) / 8 * 8;
+    ASSERT_LE(object + 16, heap + collection) << "no free-space object in the collection";
+    ASSERT_GT(u64(object + 8), 0u);
+    bytes.replace(object + 8, 8, std::string(8, '\0'));
   };
-  const uint64_t collection = u64(heap + 8);
-  size_t object = heap + 16;
-  while (object + 16 <= heap + collection && (bytes[object] != 0 || bytes[object + 1] != 0))  // index 0: free space
-    object += 16 + (u64(object + 8) + 7) / 8 * 8;
-  ASSERT_LE(object + 16, heap + collection) << "no free-space object in the collection";
-  ASSERT_GT(u64(object + 8), 0u);
-  bytes.replace(object + 8, 8, std::string(8, '\0'));
-  std::ofstream(dir.file("damaged.h5"), std::ios::binary) << bytes;
-  std::ofstream(dir.file("out.h5")) << "the previous output";
-  for (const char* args :
-       {"info damaged.h5", "run damaged.h5 -o out.h5", "compare damaged.h5:hf policy:hf --inputs intact.h5"}) {
-    const auto before = sorted_entries();
-    const CliResult r = run_cli(dir, args, "MHCDIFF_HEAP_READ_SECONDS=1 timeout 20 ");
-    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err << (r.exit_code == 124 ? " (it looped)" : "");
-    EXPECT_EQ(r.error_lines(), 1) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find("damaged.h5 took more than 1 s"), std::string::npos) << args << "\n" << r.err;
-    EXPECT_NE(r.err.find("global heap"), std::string::npos) << args << "\n" << r.err;
-    EXPECT_EQ(sorted_entries(), before) << args;
-    EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output") << args;
-  }
+  expect_damaged_heap_refused(free_space_of_size_zero, "MHCDIFF_HEAP_READ_SECONDS=1 timeout 20 ",
+                              [](const std::string& args, const CliResult& r) {
+                                EXPECT_EQ(r.error_lines(), 1) << args << "\n" << r.err;
+                                EXPECT_NE(r.err.find("damaged.h5 took more than 1 s"), std::string::npos)
+                                    << args << "\n" << r.err;
+                                EXPECT_NE(r.err.find("global heap"), std::string::npos) << args << "\n" << r.err;
+                              });
   // The guard ends with the read: an intact file is read as before with the same limit, and a command that works for
   // several times the limit after its reads (about 1 s here, against 0.2) is not ended by it.
   EXPECT_EQ(run_cli(dir, "info intact.h5", "MHCDIFF_HEAP_READ_SECONDS=1 timeout 20 ").exit_code, 0);
