@@ -61,15 +61,51 @@ def _to_numpy(t):
     raise TypeError(f"unsupported array dtype {a.dtype} (expected uint16 bf16 bits, float32 or float64)")
 
 
+# Trailing dims after the token axis, per slot: x [..., S, D] has one, residual [..., S, H, D] two, and so on.
+_ELEMENT_DIMS = {"x": 1, "grad_x": 1, "post": 1, "grad_post": 1, "residual": 2, "grad_out": 2, "out": 2,
+                 "grad_residual": 2, "comb": 2, "grad_comb": 2}
+_CHUNK_BYTES = 512 << 10  # mhcdiff's own chunk target (src/io/result_writer.cpp)
+
+
+def _chunk_shape(shape, name, itemsize):
+    """Chunks as mhcdiff writes them: whole token rows, about 512 KiB each; a row above 2 MiB is split, innermost
+    dim first. None for an empty tensor (HDF5 cannot chunk a zero extent; it is stored without a checksum)."""
+    if 0 in shape or not shape:
+        return None
+    elems = _ELEMENT_DIMS.get(name, 1)
+    elems = min(elems, len(shape) - 1) if len(shape) > 1 else 0
+    token_axis = len(shape) - elems - 1
+    row_bytes = itemsize * int(np.prod(shape[token_axis + 1:], dtype=np.int64))
+    chunk = [1] * len(shape)
+    if row_bytes <= 2 << 20:
+        chunk[token_axis] = max(1, min(_CHUNK_BYTES // max(1, row_bytes), shape[token_axis]))
+        chunk[token_axis + 1:] = shape[token_axis + 1:]
+    else:
+        budget = max(1, _CHUNK_BYTES // itemsize)
+        for axis in range(len(shape) - 1, token_axis, -1):
+            chunk[axis] = max(1, min(budget, shape[axis]))
+            budget = max(1, budget // chunk[axis])
+    return tuple(chunk)
+
+
 def _write(group, name, tensor):
+    """One dataset, chunked with a Fletcher-32 checksum per chunk like mhcdiff's own files (docs/format.md): HDF5
+    verifies it at every read, so a byte changed on disk is refused instead of read as another value."""
     data, kind = _to_numpy(tensor)
+    chunk = _chunk_shape(data.shape, name, data.dtype.itemsize)
     if kind == "bfloat16":
         tid = bf16_h5type()
         space = h5py.h5s.create_simple(data.shape)
-        dsid = h5py.h5d.create(group.id, name.encode(), tid, space)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        if chunk is not None:
+            dcpl.set_chunk(chunk)
+            dcpl.set_fletcher32()
+        dsid = h5py.h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl)
         # Memory type = file type: HDF5 copies the 16-bit patterns without any conversion (bit-exact).
         dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
         group[name].attrs["dtype"] = "bfloat16"
+    elif chunk is not None:
+        group.create_dataset(name, data=data, chunks=chunk, fletcher32=True)
     else:
         group.create_dataset(name, data=data)
 

@@ -161,6 +161,22 @@ TEST_F(CliIo, PythonDumpHelperWritesBitExactBf16) {
   float gp = 0;
   tf.read_f32("/results/k/grad_post", 0, 1, &gp);
   EXPECT_EQ(gp, 0.1f);
+  // Each dataset carries a Fletcher-32 checksum per chunk, as mhcdiff's own files do (docs/format.md).
+  const hid_t file = H5Fopen(dir.file("py.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  for (const char* name : {"/inputs/x", "/inputs/residual", "/inputs/post", "/inputs/comb", "/results/k/out",
+                           "/results/k/grad_post"}) {
+    const hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+    ASSERT_GE(ds, 0) << name;
+    const hid_t dcpl = H5Dget_create_plist(ds);
+    unsigned flags = 0, config = 0;
+    size_t n_values = 0;
+    EXPECT_GE(H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &n_values, nullptr, 0, nullptr, &config), 0)
+        << name << " has no checksum";
+    H5Pclose(dcpl);
+    H5Dclose(ds);
+  }
+  H5Fclose(file);
   CliResult r = run_cli(dir, "run py.h5 -o res.h5 --policies fp32-seeded --allow-nonfinite");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
