@@ -427,13 +427,14 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
   expect_compact_backward_matches_cpu_at_extremes("default");
 }
 
-// The experiment MHCDIFF_CUDA_BACKWARD=chains (backward_kernels.cu, docs/decisions.md): off by default; tested here
-// so that a device session times only a variant that already matches the CPU bit for bit.
+// The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `interval` (the compact
+// kernel before `chains` became its default), `lean`, `lean4` and `lean-vf`; tested here so that a device session
+// times only variants that already match the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const char* const before = std::getenv("MHCDIFF_CUDA_BACKWARD");
   const std::string saved = before ? before : "";
-  for (const char* variant : {"chains"}) {
+  for (const char* variant : {"interval", "lean", "lean4", "lean-vf"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
     ASSERT_NE(cuda::backward_experiment(), 0) << variant;
     expect_compact_backward_matches_cpu_at_extremes(variant);

@@ -81,6 +81,10 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
 // each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
 // canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
 // certify it.
+// kAligned (the experiment `lean-vf`; rows aligned and D % 8 == 0, as in the specialised kernels): the first pass
+// reads whole chunks, 16 bytes and eight values per load, four chunks of each row in flight, instead of one value
+// per load and iteration.
+template <bool kAligned = false>
 __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
                                               ExactDotFilter merged) {
   const int H = in.shape.H;
@@ -98,12 +102,28 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   // minima, in the same pass over the rows.
   uint32_t min_a = ~0u, min_b = ~0u;  // the smallest non-zero magnitude minus one (zero wraps to the top)
   float bound = 0.0f;
-  for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
-    for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
-      min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
-      min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
-      bound = fma_rn32(std::fabs(bf16_to_float(a[d])), std::fabs(bf16_to_float(b[d])), bound);
+  if constexpr (kAligned) {
+    const uint4* const a4 = reinterpret_cast<const uint4*>(a);
+    const uint4* const b4 = reinterpret_cast<const uint4*>(b);
+#pragma unroll 4
+    for (int64_t j = lane; j < D / kChunk; j += kReduceLanes) {
+      const Chunk ca = chunk_from(__ldg(a4 + j)), cb = chunk_from(__ldg(b4 + j));
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        const float va = chunk_elem(ca, e), vb = chunk_elem(cb, e);
+        min_a = min(min_a, (float_bits(va) >> 16 & 0x7fffu) - 1u);
+        min_b = min(min_b, (float_bits(vb) >> 16 & 0x7fffu) - 1u);
+        bound = fma_rn32(std::fabs(va), std::fabs(vb), bound);
+      }
     }
+  } else {
+    for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+      for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
+        min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
+        min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
+        bound = fma_rn32(std::fabs(bf16_to_float(a[d])), std::fabs(bf16_to_float(b[d])), bound);
+      }
+  }
 #pragma unroll
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) {
     min_a = min(min_a, __shfl_xor_sync(kFullMask, min_a, offset));
@@ -178,7 +198,7 @@ __device__ __forceinline__ T lane_tree(const T* column, int stride) {
   else return op_add(lane_tree<L, K - 1>(column, stride), lane_tree<L + (kReduceLanes >> K), K - 1>(column, stride));
 }
 
-template <int H, int N>
+template <int H, int N, bool kAlignedFinish = false>
 __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const BackwardOutputs& out,
                                                   const FallbackList& fb, int64_t s, int row0, DotScratch<N> scratch,
                                                   int depth) {
@@ -205,7 +225,7 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
+    finish_dot_exact<kAlignedFinish>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
   }
 }
 
@@ -302,20 +322,28 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-// kChains (the experiment MHCDIFF_CUDA_BACKWARD=chains, docs/decisions.md; the compact exact kernel only): a lane step
-// whose gradient values' exponent spread fits the token's weight window (exact_chain_spread <= exact_chain_window,
-// numerics/exact_filter.hpp) has binary64 chains that never round, so its ∂x / ∂residual are RNb of the chains (one
-// conversion each, as the fp64 policy's) with no interval; other steps take the interval filter as before. The test
-// costs about three integer instructions per pair of gradient values and one comparison and vote per step, the
-// interval two directed additions, a second conversion, packing and a comparison per element. The warp takes one
-// path (a vote), as a warp whose lanes disagree would run both (H100, s26-1: 16384 x 4 x 4096 0.6923 -> 0.6949 ms,
-// 4096 x 4 x 4096 0.2320 -> 0.2135 ms; not yet timed on an H200).
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
-__global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks<M, kCompact>))
+// kChains (the compact exact kernel's default since session 28; MHCDIFF_CUDA_BACKWARD=interval runs it without,
+// docs/decisions.md): a lane step whose gradient values' exponent spread fits the token's weight window
+// (exact_chain_spread <= exact_chain_window, numerics/exact_filter.hpp) has binary64 chains that never round, so its
+// ∂x / ∂residual are RNb of the chains (one conversion each, as the fp64 policy's) with no interval; other steps take
+// the interval filter. The test costs about three integer instructions per pair of gradient values and one
+// comparison and vote per step, the interval two directed additions, a second conversion, packing and a comparison
+// per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
+// of four alternating rounds): 16384 x 4 x 4096 0.5645 -> 0.5432 ms (81.1 -> 84.4 % of copy), 4096 x 4 x 4096
+// 0.2038 -> 0.1753 ms; on H100s, where this kernel waits on memory, +0.2 to +1.1 % and -7.1 to -8.0 % (s26-1 to
+// s27-4).
+// kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
+// roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
+// per-element bounds, the certified path past it), so the loop holds the chains' path alone. kBlocks: resident
+// blocks asked of ptxas instead of kBackwardBlocks (0: that).
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
+          int kBlocks = 0, bool kAlignedFinish = false>
+__global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBlocks > 0 ? kBlocks : kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   static_assert(!kChains || (M == Mode::exact && kCompact), "chains: the compact exact kernel");
+  static_assert(!kLean || kChains, "lean: the chains kernel without its interval path");
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
   // multiplied by 2^896 before they are merged (H200, 16384 x 4 x 4096: 0.621 -> 0.600 ms, 40 fewer binary64
@@ -375,7 +403,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) acc[r][ho] = fast_zero<M>();
     double error_weight[R];  // exact: the weights' half of each row's filter bound
-    if constexpr (M == Mode::exact)
+    if constexpr (M == Mode::exact && !kLean)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
     int chain_window = 0;  // kChains: the smallest of the rows' exact_chain_window
@@ -394,7 +422,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         for (int r = 0; r < R; ++r) {
 #pragma unroll
           for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = double(w[r][ho]);
-          row_weights[warp][R * H + r] = error_weight[r];
+          if constexpr (!kLean) row_weights[warp][R * H + r] = error_weight[r];
         }
       }
       __syncwarp();
@@ -439,7 +467,9 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         max_value = float_from_bits(max_word);
         // Decided for the warp (the lanes still in the loop): where some lanes' chains may round, every lane takes
         // the interval path, instead of the warp running both paths one after the other.
-        if constexpr (kChains)
+        if constexpr (kLean)  // per lane: the lanes that do not qualify finish out of line
+          chains_exact = exact_chain_spread(max_word >> 16, min_pair_word(smallest)) <= chain_window;
+        else if constexpr (kChains)
           chains_exact =
               __all_sync(__activemask(), exact_chain_spread(max_word >> 16, min_pair_word(smallest)) <= chain_window);
       }
@@ -487,7 +517,10 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
           store_chunk<true>(dst, kChunk, oc);
         }
       };
-      if constexpr (kChains) {
+      if constexpr (kLean) {
+        stream_rows(std::true_type{});
+        if (!chains_exact) finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
+      } else if constexpr (kChains) {
         if (chains_exact) stream_rows(std::true_type{});
         else stream_rows(std::false_type{});
       } else {
@@ -511,7 +544,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBackwardBlocks
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
         scratch.put(lane, i, acc[r][ho]);
       }
-      settle_dots_exact<H, R * H>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
+      settle_dots_exact<H, R * H, kAlignedFinish>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
     } else {
 #pragma unroll
       for (int i = 0; i < R * H; ++i) {
@@ -698,12 +731,13 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false>
+template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
+          int kBlocks = 0, bool kAlignedFinish = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kLean, kBlocks, kAlignedFinish>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -728,9 +762,13 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      if (backward_experiment() == 1)
-        return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
-      return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
+      switch (backward_experiment()) {
+        case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
+        case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
+        case 3: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 4>(pol, in, out, fb, stream);
+        case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 0, true>(pol, in, out, fb, stream);
+      }
+      return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
     }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
@@ -809,7 +847,9 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
   }
 }
 
-int backward_experiment() { return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"chains", 1}}, 0); }
+int backward_experiment() {
+  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}}, 0);
+}
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
