@@ -331,7 +331,9 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
 // of four alternating rounds): 16384 x 4 x 4096 0.5645 -> 0.5432 ms (81.1 -> 84.4 % of copy), 4096 x 4 x 4096
 // 0.2038 -> 0.1753 ms; on H100s, where this kernel waits on memory, +0.2 to +1.1 % and -7.1 to -8.0 % (s26-1 to
-// s27-4).
+// s27-4). Experiments: chains-all (every exact kernel here with kChains: H = 1, 2, 8, few tokens, H = 4 below a wave)
+// and wide (H = 4 from a wave on: the non-compact kernel with kChains, weights in registers, 255 registers, two
+// blocks, as the fp64 backward runs).
 // kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
 // roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
 // per-element bounds, the certified path past it), so the loop holds the chains' path alone. kBlocks: resident
@@ -342,7 +344,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBlocks > 0 ? k
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
-  static_assert(!kChains || (M == Mode::exact && kCompact), "chains: the compact exact kernel");
+  static_assert(!kChains || M == Mode::exact, "chains: the exact kernels");
   static_assert(!kLean || kChains, "lean: the chains kernel without its interval path");
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
@@ -757,9 +759,15 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                 cudaStream_t stream) {
+  // The experiment chains-all: the exact chains in every exact kernel here, not the compact one's alone.
+  constexpr bool kExact = M == Mode::exact;
+  const bool chains_everywhere = kExact && backward_experiment() == 5;
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
-    if (in.shape.S < 2 * multiprocessor_count())
+    if (in.shape.S < 2 * multiprocessor_count()) {
+      if (chains_everywhere)
+        return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>, Pol, false, kExact>(pol, in, out, fb, stream);
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
+    }
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
       switch (backward_experiment()) {
@@ -767,10 +775,13 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
         case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
         case 3: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 4>(pol, in, out, fb, stream);
         case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 0, true>(pol, in, out, fb, stream);
+        case 6: return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
       }
       return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
     }
   }
+  if (chains_everywhere)
+    return launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, false, kExact>(pol, in, out, fb, stream);
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
 
@@ -848,7 +859,9 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 }
 
 int backward_experiment() {
-  return experiment_switch("MHCDIFF_CUDA_BACKWARD", {{"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}}, 0);
+  return experiment_switch(
+      "MHCDIFF_CUDA_BACKWARD",
+      {{"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}, {"chains-all", 5}, {"wide", 6}}, 0);
 }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
