@@ -13,7 +13,9 @@
 #          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
 #          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
 #          kernels over S (whole and partial waves). NCU="exact fp64 exact:MHCDIFF_CUDA_BACKWARD=chains" profiles one
-#          backward launch of each (Nsight Compute, stall reasons; NCU_SHAPE).
+#          backward launch of each (Nsight Compute, stall reasons; NCU_SHAPE); NCU_SOURCE=1 adds each launch's stall
+#          samples per machine instruction (scripts/ncu_source_summary.py). Machine code and source CSVs come back
+#          in $OUT/extra.tar.gz.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -103,6 +105,16 @@ if [[ -n "${NCU:-}" ]]; then
     # The stall reasons, largest first (warps stalled per issued instruction).
     grep -E "issue_stalled_.*ratio" "$report" | awk '{print $NF, $1}' | sort -gr | head -8 | sed 's/^/  /' |
       tee -a "$OUT/summary.log"
+    # NCU_SOURCE=1: the stall samples per machine instruction of the same launch (ncu's source page), summarised by
+    # scripts/ncu_source_summary.py; the CSV goes into extra.tar.gz.
+    if [[ -n "${NCU_SOURCE:-}" ]]; then
+      source_csv="$OUT/source_${entry//[^A-Za-z0-9]/_}.csv.gz"
+      timeout "${NCU_TIMEOUT:-120}" env $assign "$NCU_BIN" -k regex:backward_fast_kernel --launch-skip 1 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+        "$MHCDIFF" bench --device cuda --reps 1 --policies "$policy" --shape "${NCU_SHAPE:-16384,4,4096}" 2>&1 |
+        gzip >"$source_csv"
+      python3 scripts/ncu_source_summary.py "$source_csv" 25 2>&1 | tee -a "$OUT/summary.log"
+    fi
   done
 fi
 
@@ -197,6 +209,12 @@ if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then
   echo "racecheck rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
 fi
 
+# The device tool returns at most eight files: the machine code and source CSVs travel as one archive.
+extras=$(cd "$OUT" && ls sass_* source_* 2>/dev/null)
+if [[ -n "$extras" ]]; then
+  # shellcheck disable=SC2086  # one name per word
+  (cd "$OUT" && tar czf extra.tar.gz $extras && rm -f $extras)
+fi
 stage "done"
 echo
 [[ -f "$OUT/bench.csv" ]] && cut -d, -f2- "$OUT/bench.csv" | tr , '\t'
