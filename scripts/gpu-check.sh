@@ -9,6 +9,7 @@
 #          backward with the environment variable unset and set to each variant, AB_ROUNDS=3 alternating rounds at
 #          16384,4,4096 and 4096,4,4096, medians summarised, every shape benched with each variant; AB_TEST=FILTER
 #          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
+#          AB_PRESET=realistic times the A/B on `mhcdiff gen`'s inputs of that preset (bench --preset).
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
 #          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
@@ -50,7 +51,7 @@ ab_experiment() {
       if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
       for shape in 16384,4,4096 4096,4,4096; do
         timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" \
-          >"$OUT/ab_call.csv" 2>>"$OUT/bench.log"
+          ${AB_PRESET:+--preset "$AB_PRESET"} >"$OUT/ab_call.csv" 2>>"$OUT/bench.log"
         rc=$?
         [[ $rc == 0 ]] || echo "A/B $name $variant $shape round $round: bench rc=$rc" | tee -a "$OUT/summary.log"
         grep "$direction" "$OUT/ab_call.csv" | sed "s/^/$variant,round$round,/" | tee -a "$OUT/ab_$name.csv"

@@ -85,6 +85,25 @@ TEST_F(RunReview, AnEmptyPolicyListIsAUsageErrorUnlessPolicyFilesGiveOne) {
   EXPECT_EQ(io::TensorFile(dir.file("out.h5")).policies(), std::vector<std::string>{"mine"});
 }
 
+// `bench --preset NAME` times on gen's inputs of that preset and says so; a preset the shape cannot have, or an unknown
+// one, is one line and exit 2 before anything is timed.
+TEST_F(RunReview, BenchTimesOnAGenPresetWhenAsked) {
+  const std::string bench = "bench --device cpu --reps 1 --policies exact,hf --shape 8,4,64 ";
+  const CliResult own = run_mhcdiff(dir, bench);
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_NE(own.out.find("inputs: randn-like, seed 1"), std::string::npos) << own.out;
+  for (const char* preset : {"realistic", "cancellation", "randn"}) {
+    const CliResult r = run_mhcdiff(dir, bench + "--seed 9 --preset " + preset);
+    ASSERT_EQ(r.exit_code, 0) << preset << ": " << r.err;
+    EXPECT_NE(r.out.find(std::string("inputs: preset ") + preset + ", seed 9"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("exact            bwd"), std::string::npos) << r.out;
+  }
+  expect_refused(bench + "--preset seed-example", "seed-example");
+  expect_refused(bench + "--preset gaussian", "unknown preset 'gaussian'");
+  const CliResult md = run_mhcdiff(dir, bench + "--preset realistic --format markdown");
+  EXPECT_NE(md.out.find("inputs: preset realistic, seed 1"), std::string::npos) << md.out;
+}
+
 // bench split its list without trimming blanks, unlike run and explain ("hf, exact" was an unknown policy).
 TEST_F(RunReview, BenchReadsPolicyListsAsRunDoes) {
   const CliResult r = run_mhcdiff(dir, "bench --device cpu --shape 2,2,2 --reps 1 --no-backward --policies 'hf, exact'");

@@ -19,6 +19,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
     std::string device = "auto";
     std::string format = "text";
     std::string dump_dir;
+    std::string preset;
     int reps = 0;
     int threads = 0;
     uint64_t seed = 1;
@@ -32,6 +33,9 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--reps", args->reps, "timed runs per measurement (median); default 40 on the GPU, 3 on the CPU")
       ->check(whole_number_in(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed of the random inputs")->check(seed_check())->capture_default_str();
+  cmd->add_option("--preset", args->preset,
+                  "time on `mhcdiff gen`'s inputs of this preset (randn, realistic, cancellation, seed-example; made "
+                  "on the host) instead of the bench's own randn-like data");
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
   cmd->add_flag("--no-backward", args->no_backward, "time the forward only");
   cmd->add_option("--format", args->format, "text, csv or markdown")->check(CLI::IsMember({"text", "csv", "markdown"}))
@@ -50,6 +54,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
     opt.device = resolve_device(args->device);
     opt.reps = args->reps;
     opt.seed = args->seed;
+    if (!args->preset.empty()) opt.preset = gen::parse_preset(args->preset);
     opt.backward = !args->no_backward;
     opt.threads = args->threads;
     opt.dump_dir = args->dump_dir;

@@ -83,6 +83,17 @@ Inputs random_inputs(const Shape& sh, uint64_t seed) {
   return in;
 }
 
+// The inputs of one shape: gen's preset when one is asked for (grad_out included), else random_inputs.
+Inputs bench_inputs(const BenchOptions& opt, const Shape& sh, uint64_t seed) {
+  if (!opt.preset) return random_inputs(sh, seed);
+  gen::GenOptions g;
+  g.preset = *opt.preset;
+  g.shape = sh;
+  g.seed = seed;
+  g.grad = true;
+  return gen::generate(g);
+}
+
 // One untimed run first (OpenMP's thread pool, first-touch page faults), then the median of reps.
 template <class F>
 double median_ms(int reps, F&& fn) {
@@ -109,7 +120,7 @@ void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
                                      "available",
                                      sh.S, sh.H, sh.D, needed / 1e9, *available / 1e9));
   for (const Shape& sh : opt.shapes) {
-    const Inputs in = random_inputs(sh, opt.seed);
+    const Inputs in = bench_inputs(opt, sh, opt.seed);
     std::vector<char> src(size_t(forward_bytes(sh) / 2), 1), dst(src.size());
     const double copy_ms = median_ms(reps, [&] { std::memcpy(dst.data(), src.data(), src.size()); });
     const double copy_gbps = double(forward_bytes(sh)) / (copy_ms * 1e6);
@@ -128,7 +139,8 @@ void bench_cpu(const BenchOptions& opt, int reps, BenchReport& report) {
 
 #if MHCDIFF_HAVE_CUDA
 void bench_gpu(const BenchOptions& opt, int reps, BenchReport& report) {
-  cuda::DeviceBenchOptions dev{reps, opt.seed, opt.backward, opt.dump_dir};
+  cuda::DeviceBenchOptions dev{reps, opt.seed, opt.backward, opt.dump_dir, {}};
+  if (opt.preset) dev.host_inputs = [&opt](const Shape& sh, uint64_t seed) { return bench_inputs(opt, sh, seed); };
   for (size_t i = 0; i < opt.shapes.size(); ++i) {
     const cuda::ShapeTiming t = cuda::bench_shape(opt.shapes[i], opt.policies, dev, i == 0 && !opt.dump_dir.empty());
     const double copy_gbps = double(t.copy_bytes) / (t.copy_median_ms * 1e6);
@@ -165,6 +177,15 @@ BenchReport run_bench(const BenchOptions& options) {
   BenchReport report;
   report.device = device_name(opt.device);
   report.reps = reps;
+  report.inputs = opt.preset ? fmt::format("preset {}, seed {}", gen::preset_name(*opt.preset), opt.seed)
+                             : fmt::format("randn-like, seed {}", opt.seed);
+  if (opt.preset)  // every shape checked before any is timed (seed-example needs H = 2, ...)
+    for (const Shape& sh : opt.shapes) {
+      gen::GenOptions g;
+      g.preset = *opt.preset;
+      g.shape = sh;
+      gen::validate(g);
+    }
 #if MHCDIFF_HAVE_CUDA
   if (opt.device == Device::cuda) {
     bench_gpu(opt, reps, report);
@@ -178,6 +199,7 @@ BenchReport run_bench(const BenchOptions& options) {
 
 std::string format_text(const BenchReport& r) {
   std::string s = fmt::format("device: {}   (median of {} runs; % = of a copy of the same bytes, same run)\n", r.device, r.reps);
+  s += fmt::format("inputs: {}\n", r.inputs);
   s += fmt::format("{:<16} {:<16} {:<4} {:>10} {:>9} {:>8} {:>10} {:>10}\n", "shape S,H,D", "policy", "dir", "ms",
                    "GB/s", "% copy", "copy GB/s", "fallbacks");
   for (const BenchRow& b : r.rows)
@@ -196,7 +218,7 @@ std::string format_csv(const BenchReport& r) {
 }
 
 std::string format_markdown(const BenchReport& r) {
-  std::string s = fmt::format("Device: {} (median of {} runs)\n\n", r.device, r.reps);
+  std::string s = fmt::format("Device: {} (median of {} runs), inputs: {}\n\n", r.device, r.reps, r.inputs);
   s += "| S,H,D | policy | dir | ms | GB/s | % of copy | copy GB/s | fallbacks |\n|---|---|---|---:|---:|---:|---:|---:|\n";
   for (const BenchRow& b : r.rows)
     s += fmt::format("| {} | {} | {} | {:.4f} | {:.1f} | {:.1f} % | {:.1f} | {} |\n", shape_text(b.shape), b.policy,

@@ -4,9 +4,11 @@
 // of reps, kernels/cuda/bench_cuda.hpp); on the CPU it is wall time of the CPU path (median of reps).
 // A benchmark, never a test: nothing here asserts a speed.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "gen/presets.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/tensors.hpp"
 #include "policy/policy.hpp"
@@ -19,6 +21,10 @@ struct BenchOptions {
   Device device = Device::cpu;
   int reps = 0;  // 0: 40 on the GPU, 3 on the CPU
   uint64_t seed = 1;
+  // The inputs: unset, the bench's own randn-like data (x, residual, grad_out ~ N(0, 1) in bf16, post ~ U[0, 2),
+  // comb ~ U[0, 1); made on the GPU there); set, `mhcdiff gen`'s preset of that name at `seed` (made on the host and
+  // copied to the GPU), so that data-dependent paths (the exact filters and chains) are timed on that data too.
+  std::optional<gen::Preset> preset;
   bool backward = true;
   int threads = 0;       // CPU only
   std::string dump_dir;  // GPU only: raw inputs/outputs of the first shape for scripts/torch_peer.py
@@ -39,6 +45,7 @@ struct BenchRow {
 struct BenchReport {
   std::string device;  // "cpu" or the GPU's name
   int reps = 0;
+  std::string inputs;  // what the inputs were: "randn-like" or "preset NAME, seed N"
   std::vector<BenchRow> rows;
 };
 

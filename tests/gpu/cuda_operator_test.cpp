@@ -10,13 +10,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gen/presets.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
+#include "kernels/cuda/bench_cuda.hpp"
 #include "kernels/cuda/operator_cuda.hpp"
 #include "kernels/cuda/operator_kernels.hpp"
 #include "kernels/dispatch.hpp"
@@ -530,6 +534,50 @@ TEST(CudaOperator, RoundingRoutesAgreeOnTheGpu) {
   EXPECT_EQ(d.mismatches, 0u) << "first mismatch at bits 0x" << std::hex << d.first;
   const testing::RoundingCheck r = testing::check_directed_binary32_on_gpu();
   EXPECT_EQ(r.mismatches, 0u) << "first mismatching operand pair: " << r.first;
+}
+
+// `bench --preset`: the timed input sets are the generator's values, copied to the GPU unchanged. The bench's dump
+// (the inputs of its last timed launch: set 0 with one rep) is compared with gen::generate at the same seed.
+TEST(CudaBench, PresetInputsAreTheGeneratorsValues) {
+  SKIP_WITHOUT_GPU();
+  const Shape sh{40, 4, 64};
+  gen::GenOptions g;
+  g.preset = gen::Preset::realistic;
+  g.shape = sh;
+  g.grad = true;
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "bench_preset_dump";
+  std::filesystem::create_directories(dir);
+  cuda::DeviceBenchOptions opt;
+  opt.reps = 1;
+  opt.seed = 5;
+  opt.dump_dir = dir.string();
+  opt.host_inputs = [&g](const Shape& shape, uint64_t seed) {
+    gen::GenOptions o = g;
+    o.shape = shape;
+    o.seed = seed;
+    return gen::generate(o);
+  };
+  cuda::bench_shape(sh, {find_policy("exact")}, opt, true);
+  g.seed = 5;
+  const Inputs want = gen::generate(g);
+  auto read = [&](const char* name, size_t bytes) {
+    std::ifstream is(dir / name, std::ios::binary);
+    std::vector<char> v(bytes);
+    is.read(v.data(), std::streamsize(bytes));
+    EXPECT_EQ(size_t(is.gcount()), bytes) << name;
+    return v;
+  };
+  auto same = [&](const char* name, const auto& values) {
+    const size_t bytes = values.size() * sizeof(values[0]);
+    const std::vector<char> got = read(name, bytes);
+    EXPECT_EQ(std::memcmp(got.data(), values.data(), bytes), 0) << name << " is not the generator's";
+  };
+  same("x.bin", want.x);
+  same("residual.bin", want.residual);
+  same("grad_out.bin", want.grad_out);
+  same("post.bin", want.post);
+  same("comb.bin", want.comb);
+  std::filesystem::remove_all(dir);
 }
 
 // `run --device auto` picks the GPU where one is present.

@@ -45,6 +45,13 @@ __global__ void fill_uniform_f32(float* p, int64_t n, uint64_t seed, float scale
 
 constexpr int kFillBlocks = 1024, kFillThreads = 256;
 
+// Host values into a device buffer of the same length (the host generator made them for this shape).
+template <class T>
+void upload(DeviceBuffer<T>& device, const std::vector<T>& host) {
+  if (host.size() != device.size()) throw std::logic_error("bench inputs: a host tensor has the wrong length");
+  MHC_CUDA_CHECK(cudaMemcpy(device.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
 struct InputSet {
   DeviceBuffer<bf16_bits> x, residual, grad_out;
   DeviceBuffer<float> post, comb;
@@ -65,6 +72,20 @@ struct InputSet {
     MHC_CUDA_CHECK_LAUNCH();
     fill_uniform_f32<<<kFillBlocks, kFillThreads>>>(comb.get(), comb.size(), seed * 8 + 5, 1.0f);
     MHC_CUDA_CHECK_LAUNCH();
+  }
+
+  // The same buffers filled from host inputs of the shape (bench --preset).
+  InputSet(const Shape& sh, const Inputs& host)
+      : x(size_t(sh.S) * sh.D),
+        residual(size_t(sh.S) * sh.H * sh.D),
+        grad_out(size_t(sh.S) * sh.H * sh.D),
+        post(size_t(sh.S) * sh.H),
+        comb(size_t(sh.S) * sh.H * sh.H) {
+    upload(x, host.x);
+    upload(residual, host.residual);
+    upload(grad_out, host.grad_out);
+    upload(post, host.post);
+    upload(comb, host.comb);
   }
 
   InputsView view(const Shape& sh) const {
@@ -142,7 +163,10 @@ ShapeTiming bench_shape(const Shape& sh, const std::vector<Policy>& policies, co
   const int64_t set_bytes = forward_bytes(sh) + 2 * sh.S * sh.H * sh.D;
   const int sets = static_cast<int>(std::clamp<int64_t>((4 * int64_t(l2_bytes) + set_bytes - 1) / set_bytes, 1, 32));
   std::vector<InputSet> inputs;
-  for (int i = 0; i < sets; ++i) inputs.emplace_back(sh, opt.seed + i);
+  for (int i = 0; i < sets; ++i) {
+    if (opt.host_inputs) inputs.emplace_back(sh, opt.host_inputs(sh, opt.seed + i));
+    else inputs.emplace_back(sh, opt.seed + i);
+  }
 
   DeviceBuffer<bf16_bits> out(size_t(sh.S) * sh.H * sh.D), grad_x(size_t(sh.S) * sh.D),
       grad_residual(size_t(sh.S) * sh.H * sh.D);

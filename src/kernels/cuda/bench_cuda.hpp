@@ -1,8 +1,9 @@
 #pragma once
 // Device-resident timing of the CUDA kernels (what `mhcdiff bench --device cuda` reports, SPEC §8):
-// random inputs generated on the GPU, CUDA-event timing of each policy's forward and backward launch,
+// random inputs generated on the GPU (or on the host and copied, `bench --preset`), CUDA-event timing of each policy's forward and backward launch,
 // median of `reps`, and a device-to-device copy of the forward's byte count measured in the same run.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct DeviceBenchOptions {
   // little-endian files (x.bin, residual.bin, post.bin, comb.bin, grad_out.bin, <policy>.out.bin, ...) with
   // a meta.json, for an external peer check (scripts/torch_peer.py).
   std::string dump_dir;
+  // When set: each input set made by this on the host (seed: `seed` + the set's number) and copied to the GPU,
+  // instead of the GPU's own randn-like data.
+  std::function<Inputs(const Shape&, uint64_t seed)> host_inputs;
 };
 
 ShapeTiming bench_shape(const Shape& shape, const std::vector<Policy>& policies, const DeviceBenchOptions& options,
