@@ -42,13 +42,17 @@ BenchRow make_row(const Shape& sh, const std::string& policy, bool backward, dou
   return r;
 }
 
-// Bytes the CPU bench of `sh` holds at once: the inputs (random_inputs fills grad_out too), the copy's two buffers
-// and one policy's outputs.
+// Bytes of one set of host inputs of `sh` (grad_out included, as random_inputs and the presets make it).
+double host_input_bytes(const Shape& sh) {
+  const double row = double(sh.H) * double(sh.D), weights = 4.0 * double(sh.H) * (1 + sh.H);
+  return double(sh.S) * (2.0 * sh.D + 2.0 * 2.0 * row + weights);
+}
+
+// Bytes the CPU bench of `sh` holds at once: the inputs, the copy's two buffers and one policy's outputs.
 double cpu_bench_bytes(const Shape& sh, bool backward) {
   const double tokens = double(sh.S), row = double(sh.H) * double(sh.D), weights = 4.0 * double(sh.H) * (1 + sh.H);
-  const double inputs = tokens * (2.0 * sh.D + 2.0 * 2.0 * row + weights);
   const double outputs = tokens * (2.0 * row + (backward ? 2.0 * sh.D + 2.0 * row + weights : 0.0));
-  return inputs + double(forward_bytes(sh)) + outputs;
+  return host_input_bytes(sh) + double(forward_bytes(sh)) + outputs;
 }
 
 // MemAvailable of /proc/meminfo in bytes; nothing where it cannot be read (not Linux).
@@ -185,6 +189,14 @@ BenchReport run_bench(const BenchOptions& options) {
       g.preset = *opt.preset;
       g.shape = sh;
       gen::validate(g);
+      // On the GPU the preset's sets are made on the host one at a time: one set must fit its memory (the CPU
+      // bench checks all it holds, below).
+      if (const std::optional<double> available = available_memory_bytes();
+          available && opt.device == Device::cuda && host_input_bytes(sh) > *available)
+        throw InputError(fmt::format("bench --preset {} --shape {},{},{}: about {:.3g} GB of host memory needed to make "
+                                     "the inputs, {:.3g} GB available",
+                                     gen::preset_name(*opt.preset), sh.S, sh.H, sh.D, host_input_bytes(sh) / 1e9,
+                                     *available / 1e9));
     }
 #if MHCDIFF_HAVE_CUDA
   if (opt.device == Device::cuda) {
