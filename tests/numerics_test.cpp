@@ -376,6 +376,40 @@ TEST(ExactFilter, HandDerivedCases) {
   EXPECT_EQ(scaled_value(0x80000000u), -0.0);
 }
 
+// The GPU may fold a token's window across lanes (the experiment chains-pw: one weight per lane, a shuffle tree of max
+// and min, exact_chain_window_of at the end): for any weights, zeros, subnormals and non-finite ones among them, that
+// fold (here: a pairwise tree over the reversed weights, as the shuffles pair lanes) is exact_chain_window.
+TEST(ExactChains, WindowFoldedAcrossLanesIsTheWindow) {
+  std::mt19937_64 rng(2208);
+  std::uniform_int_distribution<int> expo(-149, 127), kind(0, 7);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int n = 1 << (trial % 4);  // H = 1, 2, 4, 8
+    std::vector<float> a(n);
+    for (float& x : a) {
+      const int k = kind(rng);
+      const float sign = rng() % 2 ? -1.0f : 1.0f;
+      x = k == 0   ? sign * 0.0f
+          : k == 1 ? sign * std::ldexp(float(rng() % 8 + 1), -149)  // subnormal
+          : k == 2 ? (trial % 97 == 0 ? std::numeric_limits<float>::infinity() : 1.0f)
+          : k == 3 ? (trial % 89 == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.5f)
+          : k == 4 ? sign * std::ldexp(float(rng() % 16), expo(rng) / 2)  // few significant bits
+                   : sign * float_from_bits(uint32_t(rng() % 0x7f800000u));  // any finite magnitude
+    }
+    std::vector<uint32_t> largest(n);
+    std::vector<int> lowest(n, 1 << 20);
+    for (int i = 0; i < n; ++i) {
+      largest[i] = float_bits(a[n - 1 - i]) & 0x7fffffffu;
+      if (largest[i] != 0) lowest[i] = exact_chain_lowest_bit(largest[i]);
+    }
+    for (int offset = 1; offset < n; offset *= 2)
+      for (int i = 0; i + offset < n; i += 2 * offset) {
+        largest[i] = std::max(largest[i], largest[i + offset]);
+        lowest[i] = std::min(lowest[i], lowest[i + offset]);
+      }
+    ASSERT_EQ(exact_chain_window_of(largest[0], lowest[0], n), exact_chain_window(a.data(), n)) << "trial " << trial;
+  }
+}
+
 // exact_chain_window / exact_chain_spread (the experiment MHCDIFF_CUDA_BACKWARD=chains): blocks of 8 sums of n terms
 // share the weights, and the spread is taken over all their values, as a lane step's. Whenever the certificate holds,
 // every binary64 chain must be the exact sum itself (Boost, 600 bits: exact for these terms), its zero's sign the

@@ -261,6 +261,21 @@ MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
 // The window is a property of a token's weights, the spread of a block of values (all a lane step's gradient
 // values, so that one comparison covers its 40 sums at H = 4). Exponents come from the bits (subnormals: the
 // smallest exponent, which only lowers L or raises E). Non-finite weights or values fail the comparison.
+// The window is built from two per-weight facts, folded over the weights by max and min in any order (so that the
+// GPU may fold them across lanes): the magnitude bits, and, for a non-zero weight (a zero one adds no product), Lw's
+// candidate: the exponent of its lowest set bit, from its magnitude bits m != 0.
+MHC_HD int exact_chain_lowest_bit(uint32_t m) {
+  // a = significand·2^(field - 150), the implicit bit included for normal numbers (field 0 reads as 1 without it).
+  const uint32_t field = m >> 23, significand = field > 0 ? (m & 0x7fffffu) | 0x800000u : m;
+  return static_cast<int>(field > 0 ? field : 1) - 150 + count_trailing_zeros64(significand);
+}
+// The window of n weights from their largest magnitude bits and their smallest exact_chain_lowest_bit (1 << 20
+// when every weight is zero).
+MHC_HD int exact_chain_window_of(uint32_t largest, int lowest_bit, int n) {
+  if (largest == 0) return 1 << 20;                   // every product is zero: any values
+  if ((largest >> 23) == 255) return -(1 << 20);      // an infinity or NaN
+  return 51 - ceil_log2(n) - ((static_cast<int>(largest >> 23) - 127) - lowest_bit);
+}
 MHC_HD int exact_chain_window(const float* a, int n) {
   uint32_t largest = 0;  // the largest magnitude
   int lowest_bit = 1 << 20;  // Lw: the exponent of the lowest bit set in a non-zero a
@@ -268,14 +283,10 @@ MHC_HD int exact_chain_window(const float* a, int n) {
     const uint32_t m = float_bits(a[i]) & 0x7fffffffu;
     largest = largest > m ? largest : m;
     if (m == 0) continue;
-    // a = significand·2^(field - 150), the implicit bit included for normal numbers (field 0 reads as 1 without it).
-    const uint32_t field = m >> 23, significand = field > 0 ? (m & 0x7fffffu) | 0x800000u : m;
-    const int bit = static_cast<int>(field > 0 ? field : 1) - 150 + count_trailing_zeros64(significand);
+    const int bit = exact_chain_lowest_bit(m);
     lowest_bit = bit < lowest_bit ? bit : lowest_bit;
   }
-  if (largest == 0) return 1 << 20;                   // every product is zero: any values
-  if ((largest >> 23) == 255) return -(1 << 20);      // an infinity or NaN
-  return 51 - ceil_log2(n) - ((static_cast<int>(largest >> 23) - 127) - lowest_bit);
+  return exact_chain_window_of(largest, lowest_bit, n);
 }
 // From bf16 magnitudes (sign cleared): the largest, and the smallest non-zero one (0x8000 when there is none).
 MHC_HD int exact_chain_spread(uint32_t largest, uint32_t smallest_nonzero) {

@@ -453,14 +453,14 @@ void expect_exact_backward_kernels_match_cpu(const std::string& variant) {
 }
 
 // The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `interval` (the compact
-// kernel before `chains` became its default), `lean`, `lean4`, `lean-vf`, `wide` (the compact kernel's shapes) and
-// `chains-all` (every exact kernel); tested here so that a device session times only variants that already match the
-// CPU bit for bit.
+// kernel before `chains` became its default), `lean`, `lean4`, `lean-vf`, `wide`, `chains-pw` (the compact kernel's
+// shapes) and `chains-all` (every exact kernel); tested here so that a device session times only variants that
+// already match the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const char* const before = std::getenv("MHCDIFF_CUDA_BACKWARD");
   const std::string saved = before ? before : "";
-  for (const char* variant : {"interval", "lean", "lean4", "lean-vf", "wide", "chains-all"}) {
+  for (const char* variant : {"interval", "lean", "lean4", "lean-vf", "wide", "chains-pw", "chains-all"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
     ASSERT_NE(cuda::backward_experiment(), 0) << variant;
     expect_compact_backward_matches_cpu_at_extremes(variant);

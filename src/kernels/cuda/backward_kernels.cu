@@ -337,9 +337,11 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
 // roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
 // per-element bounds, the certified path past it), so the loop holds the chains' path alone. kBlocks: resident
-// blocks asked of ptxas instead of kBackwardBlocks (0: that).
+// blocks asked of ptxas instead of kBackwardBlocks (0: that). kParallelWindow (experiment `chains-pw`, with kChains):
+// the token's chain window folded across lanes, one weight per lane, instead of every lane folding all R·H weights
+// (about 750 of the token's 1 100 PTX instructions outside the step loop are that and the rest of the prologue).
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
-          int kBlocks = 0, bool kAlignedFinish = false>
+          int kBlocks = 0, bool kAlignedFinish = false, bool kParallelWindow = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBlocks > 0 ? kBlocks : kBackwardBlocks<M, kCompact>))
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
@@ -409,7 +411,30 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBlocks > 0 ? k
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
     int chain_window = 0;  // kChains: the smallest of the rows' exact_chain_window
-    if constexpr (kChains) {
+    if constexpr (kChains && kParallelWindow) {
+      // Lane l < R·H takes weight l (stream row row0 + l / H, output l % H; read again, from L1: every lane has just
+      // loaded them); each row's H lanes (an aligned group: H is a power of two) fold its largest magnitude and lowest
+      // set bit, and the warp the rows' windows: the same value as the loop below.
+      static_assert(R * H <= kReduceLanes && (H & (H - 1)) == 0, "one weight per lane, rows in aligned lane groups");
+      uint32_t largest = 0;
+      int lowest = 1 << 20;
+      if (lane < R * H) {
+        const int r = lane / H;
+        const float* weights = row0 + r == 0 ? in.post + s * H : in.comb + (s * H + row0 + r - 1) * H;
+        const float a = __ldg(weights + lane % H);
+        largest = float_bits(a) & 0x7fffffffu;
+        if (largest != 0) lowest = exact_chain_lowest_bit(largest);
+      }
+#pragma unroll
+      for (int offset = 1; offset < H; offset *= 2) {
+        largest = max(largest, __shfl_xor_sync(kFullMask, largest, offset));
+        lowest = min(lowest, __shfl_xor_sync(kFullMask, lowest, offset));
+      }
+      chain_window = lane < R * H ? exact_chain_window_of(largest, lowest, H) : 1 << 20;
+#pragma unroll
+      for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
+        chain_window = min(chain_window, __shfl_xor_sync(kFullMask, chain_window, offset));
+    } else if constexpr (kChains) {
       chain_window = exact_chain_window(w[0], H);
 #pragma unroll
       for (int r = 1; r < R; ++r) chain_window = min(chain_window, exact_chain_window(w[r], H));
@@ -734,12 +759,13 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
-          int kBlocks = 0, bool kAlignedFinish = false>
+          int kBlocks = 0, bool kAlignedFinish = false, bool kParallelWindow = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kLean, kBlocks, kAlignedFinish>;
+  const auto kernel =
+      backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kLean, kBlocks, kAlignedFinish, kParallelWindow>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -776,6 +802,8 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
         case 3: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 4>(pol, in, out, fb, stream);
         case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 0, true>(pol, in, out, fb, stream);
         case 6: return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
+        case 7:
+          return launch_backward_fast_kernel<M, H, 1, Pol, true, true, false, 0, false, true>(pol, in, out, fb, stream);
       }
       return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
     }
@@ -861,7 +889,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 int backward_experiment() {
   return experiment_switch(
       "MHCDIFF_CUDA_BACKWARD",
-      {{"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}, {"chains-all", 5}, {"wide", 6}}, 0);
+      {{"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}, {"chains-all", 5}, {"wide", 6}, {"chains-pw", 7}}, 0);
 }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
