@@ -339,7 +339,7 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // per-element bounds, the certified path past it), so the loop holds the chains' path alone. kBlocks: resident
 // blocks asked of ptxas instead of kBackwardBlocks (0: that). kParallelWindow (experiment `chains-pw`, with kChains):
 // the token's chain window folded across lanes, one weight per lane, instead of every lane folding all R·H weights
-// (about 750 of the token's 1 100 PTX instructions outside the step loop are that and the rest of the prologue).
+// (about 300 PTX instructions per token, of the prologue's 750; the step loop's chains path is about 1 100).
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
           int kBlocks = 0, bool kAlignedFinish = false, bool kParallelWindow = false>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBlocks > 0 ? kBlocks : kBackwardBlocks<M, kCompact>))
