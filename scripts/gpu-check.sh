@@ -13,10 +13,10 @@
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
 #          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
-#          kernels over S (whole and partial waves). NCU="exact fp64 exact:MHCDIFF_CUDA_BACKWARD=chains" profiles one
+#          kernels over S (whole and partial waves). NCU="exact fp64 exact:MHCDIFF_CUDA_BACKWARD=lean" profiles one
 #          backward launch of each (Nsight Compute, stall reasons; NCU_SHAPE); NCU_SOURCE=1 adds each launch's stall
-#          samples per machine instruction (scripts/ncu_source_summary.py). Machine code and source CSVs come back
-#          in $OUT/extra.tar.gz.
+#          samples per machine instruction (scripts/ncu_source_summary.py). Machine code, source CSVs and the A/B's
+#          per-variant benches come back in $OUT/extra.tar.gz (the benches' rows are in summary.log too).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 BUILD=${BUILD:-build-gpu}
@@ -24,6 +24,16 @@ JOBS=${JOBS:-16}
 mkdir -p "$OUT"
 DUMP=$(mktemp -d)  # raw tensors for the peer check: large, so not under $OUT
 stage() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/summary.log"; }
+# The device tool returns at most eight files: the machine code, the source CSVs and the per-variant benches travel
+# as one archive, made on every exit (a stage that ends the call early included).
+bundle_extras() {
+  local extras
+  extras=$(cd "$OUT" && ls sass_* source_* bench_* 2>/dev/null)
+  # shellcheck disable=SC2086  # one name per word
+  [[ -z "$extras" ]] || (cd "$OUT" && tar czf extra.tar.gz $extras && rm -f $extras)
+}
+trap bundle_extras EXIT
+trap 'exit 143' TERM INT  # through the EXIT trap
 
 stage "device"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/summary.log"
@@ -45,7 +55,7 @@ MHCDIFF="$BUILD/apps/mhcdiff/mhcdiff"
 ab_experiment() {
   local name=$1 variable=$2 direction=$3 round variant shape rc
   shift 3
-  stage "A/B $name: exact $direction, default vs $*"
+  stage "A/B $name: exact $direction, default vs $*${AB_PRESET:+ (inputs: preset $AB_PRESET)}"
   for round in $(seq "${AB_ROUNDS:-3}"); do
     for variant in default "$@"; do
       if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
@@ -174,8 +184,9 @@ PY
     # Every benchmarked shape with each variant, for the table if one is adopted (SKIP_AB_BENCH=1: not yet).
     for variant in $([[ -z "${SKIP_AB_BENCH:-}" ]] && echo "${ab[@]:2}"); do
       env "${ab[0]}=$variant" timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact \
-        >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
+        ${AB_PRESET:+--preset "$AB_PRESET"} >"$OUT/bench_$variant.csv" 2>>"$OUT/bench.log"
       echo "bench $variant rc=$?" | tee -a "$OUT/summary.log"
+      grep -v '^device' "$OUT/bench_$variant.csv" | sed "s/^/  $variant,/" >>"$OUT/summary.log"
     done
   fi
 fi
@@ -210,12 +221,6 @@ if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then
   echo "racecheck rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
 fi
 
-# The device tool returns at most eight files: the machine code and source CSVs travel as one archive.
-extras=$(cd "$OUT" && ls sass_* source_* 2>/dev/null)
-if [[ -n "$extras" ]]; then
-  # shellcheck disable=SC2086  # one name per word
-  (cd "$OUT" && tar czf extra.tar.gz $extras && rm -f $extras)
-fi
 stage "done"
 echo
 [[ -f "$OUT/bench.csv" ]] && cut -d, -f2- "$OUT/bench.csv" | tr , '\t'

@@ -100,6 +100,7 @@ TEST_F(RunReview, BenchTimesOnAGenPresetWhenAsked) {
   }
   expect_refused(bench + "--preset seed-example", "seed-example");
   expect_refused(bench + "--preset gaussian", "unknown preset 'gaussian'");
+  expect_refused(bench + "--preset ''", "unknown preset ''");
   const CliResult md = run_mhcdiff(dir, bench + "--preset realistic --format markdown");
   EXPECT_NE(md.out.find("inputs: preset realistic, seed 1"), std::string::npos) << md.out;
 }

@@ -33,7 +33,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--reps", args->reps, "timed runs per measurement (median); default 40 on the GPU, 3 on the CPU")
       ->check(whole_number_in(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed of the random inputs")->check(seed_check())->capture_default_str();
-  cmd->add_option("--preset", args->preset,
+  CLI::Option* preset = cmd->add_option("--preset", args->preset,
                   "time on `mhcdiff gen`'s inputs of this preset (randn, realistic, cancellation, seed-example; made "
                   "on the host) instead of the bench's own randn-like data");
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
@@ -43,7 +43,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--dump", args->dump_dir,
                   "GPU only: write the first shape's inputs and outputs as raw files into this existing directory "
                   "(for scripts/torch_peer.py)");
-  cmd->callback([args, &ctx] {
+  cmd->callback([args, preset, &ctx] {
     bench::BenchOptions opt;
     for (const std::string& s : args->shapes) opt.shapes.push_back(bench::parse_shape(s));
     // resolve_policies reads the list as run and explain do (blanks around names allowed); an empty list would
@@ -54,7 +54,7 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
     opt.device = resolve_device(args->device);
     opt.reps = args->reps;
     opt.seed = args->seed;
-    if (!args->preset.empty()) opt.preset = gen::parse_preset(args->preset);
+    if (preset->count() > 0) opt.preset = gen::parse_preset(args->preset);  // '' too: refused as unknown
     opt.backward = !args->no_backward;
     opt.threads = args->threads;
     opt.dump_dir = args->dump_dir;

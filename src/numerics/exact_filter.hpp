@@ -248,9 +248,10 @@ MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
   return (field > 0 ? field : 1) - 127 - 7;
 }
 
-// Exact chains (the experiment MHCDIFF_CUDA_BACKWARD=chains of the compact exact backward): a certificate that
-// ExactBf16Filter's binary64 chain never rounds, so that s == S and RNb(s) is the answer, ties and signed zeros
-// included (the chain's zero is -0 exactly when every term is -0, the certified path's rule). Every non-zero
+// Exact chains (the compact exact backward's default since session 28; the other exact kernels under the experiment
+// MHCDIFF_CUDA_BACKWARD=chains-all): a certificate that ExactBf16Filter's binary64 chain never rounds, so that
+// s == S and RNb(s) is the answer, ties and signed zeros included (the chain's zero is -0 exactly when every term is
+// -0, the certified path's rule). Every non-zero
 // product a_i·b_i is a multiple of 2^(Lw + Lb), Lw the lowest bit set in any non-zero a (binary32: its exponent - 23
 // plus its significand's trailing zeros, so that weights made like torch.rand's, k·2^-24, have Lw >= -24 whatever
 // their magnitude) and Lb the lowest any non-zero b can have set (bf16_lsb_exponent: one comparison per block of

@@ -889,7 +889,9 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 int backward_experiment() {
   return experiment_switch(
       "MHCDIFF_CUDA_BACKWARD",
-      {{"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}, {"chains-all", 5}, {"wide", 6}, {"chains-pw", 7}}, 0);
+      {{"chains", 0},  // the default since session 28, named for A/B runs written before
+       {"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}, {"chains-all", 5}, {"wide", 6}, {"chains-pw", 7}},
+      0);
 }
 
 int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
