@@ -124,6 +124,7 @@ if [[ -n "${NCU:-}" ]]; then
         --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
         "$MHCDIFF" bench --device cuda --reps 1 --policies "$policy" --shape "${NCU_SHAPE:-16384,4,4096}" 2>&1 |
         gzip >"$source_csv"
+      echo "ncu source $entry rc=${PIPESTATUS[0]}" | tee -a "$OUT/summary.log"
       python3 scripts/ncu_source_summary.py "$source_csv" 25 2>&1 | tee -a "$OUT/summary.log"
     fi
   done
