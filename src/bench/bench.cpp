@@ -87,15 +87,19 @@ Inputs random_inputs(const Shape& sh, uint64_t seed) {
   return in;
 }
 
-// The inputs of one shape: gen's preset when one is asked for (grad_out included), else random_inputs.
-Inputs bench_inputs(const BenchOptions& opt, const Shape& sh, uint64_t seed) {
-  if (!opt.preset) return random_inputs(sh, seed);
+// gen's options for the preset asked for (opt.preset set), at one shape and seed, grad_out included.
+gen::GenOptions preset_options(const BenchOptions& opt, const Shape& sh, uint64_t seed) {
   gen::GenOptions g;
   g.preset = *opt.preset;
   g.shape = sh;
   g.seed = seed;
   g.grad = true;
-  return gen::generate(g);
+  return g;
+}
+
+// The inputs of one shape: gen's preset when one is asked for, else random_inputs.
+Inputs bench_inputs(const BenchOptions& opt, const Shape& sh, uint64_t seed) {
+  return opt.preset ? gen::generate(preset_options(opt, sh, seed)) : random_inputs(sh, seed);
 }
 
 // One untimed run first (OpenMP's thread pool, first-touch page faults), then the median of reps.
@@ -185,10 +189,7 @@ BenchReport run_bench(const BenchOptions& options) {
                              : fmt::format("randn-like, seed {}", opt.seed);
   if (opt.preset)  // every shape checked before any is timed (seed-example needs H = 2, ...)
     for (const Shape& sh : opt.shapes) {
-      gen::GenOptions g;
-      g.preset = *opt.preset;
-      g.shape = sh;
-      gen::validate(g);
+      gen::validate(preset_options(opt, sh, opt.seed));
       // On the GPU the preset's sets are made on the host one at a time: one set must fit its memory (the CPU
       // bench checks all it holds, below).
       if (const std::optional<double> available = available_memory_bytes();

@@ -787,7 +787,8 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
                                 cudaStream_t stream) {
   // The experiment chains-all: the exact chains in every exact kernel here, not the compact one's alone.
   constexpr bool kExact = M == Mode::exact;
-  const bool chains_everywhere = kExact && backward_experiment() == 5;
+  const int experiment = kExact ? backward_experiment() : 0;  // read once per launch
+  const bool chains_everywhere = experiment == 5;
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count()) {
       if (chains_everywhere)
@@ -796,7 +797,7 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     }
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      switch (backward_experiment()) {
+      switch (experiment) {
         case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
         case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
         case 3: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 4>(pol, in, out, fb, stream);

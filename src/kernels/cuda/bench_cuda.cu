@@ -56,12 +56,16 @@ struct InputSet {
   DeviceBuffer<bf16_bits> x, residual, grad_out;
   DeviceBuffer<float> post, comb;
 
-  InputSet(const Shape& sh, uint64_t seed)
+  // The buffers of one set of the shape, unfilled.
+  explicit InputSet(const Shape& sh)
       : x(size_t(sh.S) * sh.D),
         residual(size_t(sh.S) * sh.H * sh.D),
         grad_out(size_t(sh.S) * sh.H * sh.D),
         post(size_t(sh.S) * sh.H),
-        comb(size_t(sh.S) * sh.H * sh.H) {
+        comb(size_t(sh.S) * sh.H * sh.H) {}
+
+  // Filled on the GPU (the bench's randn-like data).
+  InputSet(const Shape& sh, uint64_t seed) : InputSet(sh) {
     fill_normal_bf16<<<kFillBlocks, kFillThreads>>>(x.get(), x.size(), seed * 8 + 1);
     MHC_CUDA_CHECK_LAUNCH();
     fill_normal_bf16<<<kFillBlocks, kFillThreads>>>(residual.get(), residual.size(), seed * 8 + 2);
@@ -74,13 +78,8 @@ struct InputSet {
     MHC_CUDA_CHECK_LAUNCH();
   }
 
-  // The same buffers filled from host inputs of the shape (bench --preset).
-  InputSet(const Shape& sh, const Inputs& host)
-      : x(size_t(sh.S) * sh.D),
-        residual(size_t(sh.S) * sh.H * sh.D),
-        grad_out(size_t(sh.S) * sh.H * sh.D),
-        post(size_t(sh.S) * sh.H),
-        comb(size_t(sh.S) * sh.H * sh.H) {
+  // Filled from host inputs of the shape (bench --preset).
+  InputSet(const Shape& sh, const Inputs& host) : InputSet(sh) {
     upload(x, host.x);
     upload(residual, host.residual);
     upload(grad_out, host.grad_out);
