@@ -331,18 +331,18 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
 // of four alternating rounds): 16384 x 4 x 4096 0.5645 -> 0.5432 ms (81.1 -> 84.4 % of copy), 4096 x 4 x 4096
 // 0.2038 -> 0.1753 ms; on H100s, where this kernel waits on memory, +0.2 to +1.1 % and -7.1 to -8.0 % (s26-1 to
-// s27-4). Experiments: chains-all (every exact kernel here with kChains: H = 1, 2, 8, few tokens, H = 4 below a wave)
-// and wide (H = 4 from a wave on: the non-compact kernel with kChains, weights in registers, 255 registers, two
-// blocks, as the fp64 backward runs).
+// s27-4). Experiment wide: H = 4 at every S past the few-token kernel runs the non-compact kernel with kChains
+// (weights in registers, 255 registers, two blocks, as the fp64 backward runs); H100, s29-1/s29-2: -1.7 % and -4.5 %
+// on the bench's data, -2.2 % and -3.0 % on `realistic`'s, not yet timed on an H200.
 // kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
 // roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
-// per-element bounds, the certified path past it), so the loop holds the chains' path alone. kBlocks: resident
-// blocks asked of ptxas instead of kBackwardBlocks (0: that). kParallelWindow (experiment `chains-pw`, with kChains):
+// per-element bounds, the certified path past it), so the loop holds the chains' path alone. kParallelWindow
+// (experiment `chains-pw`, with kChains):
 // the token's chain window folded across lanes, one weight per lane, instead of every lane folding all R·H weights
 // (about 300 PTX instructions per token, of the prologue's 750; the step loop's chains path is about 1 100).
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
-          int kBlocks = 0, bool kAlignedFinish = false, bool kParallelWindow = false>
-__global__ void __launch_bounds__(backward_block_warps(G) * 32, (kBlocks > 0 ? kBlocks : kBackwardBlocks<M, kCompact>))
+          bool kAlignedFinish = false, bool kParallelWindow = false>
+__global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<M, kCompact>)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
@@ -759,13 +759,13 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
 template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
-          int kBlocks = 0, bool kAlignedFinish = false, bool kParallelWindow = false>
+          bool kAlignedFinish = false, bool kParallelWindow = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
   const auto kernel =
-      backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kLean, kBlocks, kAlignedFinish, kParallelWindow>;
+      backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kLean, kAlignedFinish, kParallelWindow>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -785,32 +785,22 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                 cudaStream_t stream) {
-  // The experiment chains-all: the exact chains in every exact kernel here, not the compact one's alone.
-  constexpr bool kExact = M == Mode::exact;
-  const int experiment = kExact ? backward_experiment() : 0;  // read once per launch
-  const bool chains_everywhere = experiment == 5;
+  const int experiment = M == Mode::exact ? backward_experiment() : 0;  // read once per launch
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
-    if (in.shape.S < 2 * multiprocessor_count()) {
-      if (chains_everywhere)
-        return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>, Pol, false, kExact>(pol, in, out, fb, stream);
+    if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
-    }
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
+    if (experiment == 6) return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
       switch (experiment) {
         case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
         case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
-        case 3: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 4>(pol, in, out, fb, stream);
-        case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, 0, true>(pol, in, out, fb, stream);
-        case 6: return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
-        case 7:
-          return launch_backward_fast_kernel<M, H, 1, Pol, true, true, false, 0, false, true>(pol, in, out, fb, stream);
+        case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, true>(pol, in, out, fb, stream);
+        case 7: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, false, false, true>(pol, in, out, fb, stream);
       }
       return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
     }
   }
-  if (chains_everywhere)
-    return launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, false, kExact>(pol, in, out, fb, stream);
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
 }
 
@@ -891,7 +881,7 @@ int backward_experiment() {
   return experiment_switch(
       "MHCDIFF_CUDA_BACKWARD",
       {{"chains", 0},  // the default since session 28, named for A/B runs written before
-       {"interval", 1}, {"lean", 2}, {"lean4", 3}, {"lean-vf", 4}, {"chains-all", 5}, {"wide", 6}, {"chains-pw", 7}},
+       {"interval", 1}, {"lean", 2}, {"lean-vf", 4}, {"wide", 6}, {"chains-pw", 7}},
       0);
 }
 
