@@ -433,39 +433,46 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
   expect_compact_backward_matches_cpu_at_extremes("default");
 }
 
-// The one-warp-per-token exact backward at H = 4 below a wave of the compact kernel's blocks (1584 tokens on 132
-// multiprocessors), which the experiment `wide` gives the chains: planted ties, weights made like torch.rand's (so
-// that the chains' path runs) and not, and non-finite values.
-void expect_exact_backward_below_a_wave_matches_cpu(const std::string& variant) {
-  const int64_t S = std::min<int64_t>(1200, cuda::compact_backward_min_tokens() - 1);
+// The exact backward past the few-token kernel at H streams and S tokens (H = 4 below a wave of the compact kernel's
+// blocks, 1584 tokens on 132 multiprocessors: the one-warp-per-token kernel, which the experiment `wide` gives the
+// chains; H = 8: the experiments h8-g3 and h8-g3-lean): planted ties, weights made like torch.rand's (so that the
+// chains' path runs) and not, and non-finite values.
+void expect_exact_backward_matches_cpu_past_few_tokens(const std::string& variant, int H, int64_t S) {
   for (const bool quantised : {false, true}) {
-    Inputs in = random_inputs(Shape{S, 4, 1032}, 2004 + S + quantised);
+    Inputs in = random_inputs(Shape{S, H, 1032}, 2004 + S + H + quantised);
     if (quantised) {
       for (float& v : in.post) v = std::ldexp(std::floor(std::ldexp(v, 23)), -23);
       for (float& v : in.comb) v = std::ldexp(std::floor(std::ldexp(v, 24)), -24);
     }
     plant_midpoints(in);
-    expect_exact_without_twins_identical(in, fmt::format("{}, S={} quantised={}", variant, S, quantised));
+    expect_exact_without_twins_identical(in, fmt::format("{}, S={} H={} quantised={}", variant, S, H, quantised));
   }
-  Inputs in = random_inputs(Shape{S, 4, 1032}, 2100);
-  in.grad_out[(S / 4 * 4 + 3) * in.shape.D + 11] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
-  in.residual[(S / 2 * 4 + 2) * in.shape.D + 900] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-  expect_exact_without_twins_identical(in, variant + ", non-finite");
+  Inputs in = random_inputs(Shape{S, H, 1032}, 2100 + H);
+  in.grad_out[(S / 4 * H + H - 1) * in.shape.D + 11] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
+  in.residual[(S / 2 * H + H / 2) * in.shape.D + 900] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
+  expect_exact_without_twins_identical(in, fmt::format("{}, S={} H={} non-finite", variant, S, H));
 }
 
 // The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `interval` (the compact
-// kernel before `chains` became its default), `lean`, `lean-vf`, `chains-pw` (the compact kernel's shapes) and `wide`
-// (H = 4 from the one-warp-per-token kernel's shapes on); tested here so that a device session times only variants
-// that already match the CPU bit for bit.
+// kernel before `chains` became its default), `lean`, `lean-vf`, `chains-pw` (the compact kernel's shapes), `wide`
+// (H = 4 from the one-warp-per-token kernel's shapes on), `h8-g3` and `h8-g3-lean` (H = 8); tested here so that a
+// device session times only variants that already match the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const char* const before = std::getenv("MHCDIFF_CUDA_BACKWARD");
   const std::string saved = before ? before : "";
-  for (const char* variant : {"interval", "lean", "lean-vf", "wide", "chains-pw"}) {
-    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
+  for (const std::string variant : {"interval", "lean", "lean-vf", "wide", "chains-pw", "h8-g3", "h8-g3-lean"}) {
+    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant.c_str());
     ASSERT_NE(cuda::backward_experiment(), 0) << variant;
+    if (variant.starts_with("h8-")) {
+      // Past the few-token kernel (two tokens per multiprocessor: 264 on 132) on GPUs of up to 350 multiprocessors.
+      expect_exact_backward_matches_cpu_past_few_tokens(variant, 8, 701);
+      continue;
+    }
     expect_compact_backward_matches_cpu_at_extremes(variant);
-    if (std::string(variant) == "wide") expect_exact_backward_below_a_wave_matches_cpu(variant);
+    if (variant == "wide")
+      expect_exact_backward_matches_cpu_past_few_tokens(variant, 4,
+                                                        std::min<int64_t>(1200, cuda::compact_backward_min_tokens() - 1));
   }
   const char* const after = std::getenv("MHCDIFF_CUDA_BACKWARD");
   EXPECT_EQ(before != nullptr, after != nullptr);

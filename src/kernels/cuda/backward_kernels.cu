@@ -334,6 +334,10 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // s27-4). Experiment wide: H = 4 at every S past the few-token kernel runs the non-compact kernel with kChains
 // (weights in registers, 255 registers, two blocks, as the fp64 backward runs); H100, s29-1/s29-2: -1.7 % and -4.5 %
 // on the bench's data, -2.2 % and -3.0 % on `realistic`'s, not yet timed on an H200.
+// Experiments h8-g3 and h8-g3-lean: H = 8 from the few-token kernel's limit on in three warps per token (three stream
+// rows each, 24 dot products per lane, weights in registers: the fp64 backward's configuration, 1.19 against 1.59 ms
+// at 8192 x 8 x 4096 on H100s, s29-1) with kChains, and the same with kLean, instead of nine warps of one row each;
+// ptxas: 255 registers with 236 and 184 bytes of spills (the fp64 kernel: 232).
 // kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
 // roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
 // per-element bounds, the certified path past it), so the loop holds the chains' path alone. kParallelWindow
@@ -789,6 +793,10 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
+  if constexpr (M == Mode::exact && H == 8) {  // experiments h8-g3 and h8-g3-lean
+    if (experiment == 8) return launch_backward_fast_kernel<M, H, 3, Pol, false, true>(pol, in, out, fb, stream);
+    if (experiment == 9) return launch_backward_fast_kernel<M, H, 3, Pol, false, true, true>(pol, in, out, fb, stream);
+  }
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (experiment == 6) return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
@@ -881,7 +889,7 @@ int backward_experiment() {
   return experiment_switch(
       "MHCDIFF_CUDA_BACKWARD",
       {{"chains", 0},  // the default since session 28, named for A/B runs written before
-       {"interval", 1}, {"lean", 2}, {"lean-vf", 4}, {"wide", 6}, {"chains-pw", 7}},
+       {"interval", 1}, {"lean", 2}, {"lean-vf", 4}, {"wide", 6}, {"chains-pw", 7}, {"h8-g3", 8}, {"h8-g3-lean", 9}},
       0);
 }
 
