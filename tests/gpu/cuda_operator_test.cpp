@@ -435,7 +435,7 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
 
 // The exact backward past the few-token kernel at H streams and S tokens (H = 4 below a wave of the compact kernel's
 // blocks, 1584 tokens on 132 multiprocessors: the one-warp-per-token kernel, which the experiment `wide` gives the
-// chains; H = 8: the experiments h8-g3 and h8-g3-lean): planted ties, weights made like torch.rand's (so that the
+// chains; H = 8: three warps per token with the chains): planted ties, weights made like torch.rand's (so that the
 // chains' path runs) and not, and non-finite values.
 void expect_exact_backward_matches_cpu_past_few_tokens(const std::string& variant, int H, int64_t S) {
   for (const bool quantised : {false, true}) {
@@ -453,26 +453,30 @@ void expect_exact_backward_matches_cpu_past_few_tokens(const std::string& varian
   expect_exact_without_twins_identical(in, fmt::format("{}, S={} H={} non-finite", variant, S, H));
 }
 
+// The exact backward at H = 8 past the few-token kernel (two tokens per multiprocessor: 264 on 132, so 701 tokens
+// on GPUs of up to 350 multiprocessors): three warps per token with the chains since session 29.
+TEST(CudaOperator, ExactBackwardAtH8MatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", nullptr);
+  expect_exact_backward_matches_cpu_past_few_tokens("default", 8, 701);
+}
+
 // The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `interval` (the compact
-// kernel before `chains` became its default), `lean`, `lean-vf`, `chains-pw` (the compact kernel's shapes), `wide`
-// (H = 4 from the one-warp-per-token kernel's shapes on), `h8-g3` and `h8-g3-lean` (H = 8); tested here so that a
-// device session times only variants that already match the CPU bit for bit.
+// kernel before `chains` became its default), `lean`, `lean-vf`, `chains-pw` (the compact kernel's shapes) and `wide`
+// (H = 4 from the one-warp-per-token kernel's shapes on); tested here so that a device session times only variants
+// that already match the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
   const char* const before = std::getenv("MHCDIFF_CUDA_BACKWARD");
   const std::string saved = before ? before : "";
-  for (const std::string variant : {"interval", "lean", "lean-vf", "wide", "chains-pw", "h8-g3", "h8-g3-lean"}) {
+  for (const std::string variant : {"interval", "lean", "lean-vf", "wide", "chains-pw"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant.c_str());
     ASSERT_NE(cuda::backward_experiment(), 0) << variant;
-    if (variant.starts_with("h8-")) {
-      // Past the few-token kernel (two tokens per multiprocessor: 264 on 132) on GPUs of up to 350 multiprocessors.
-      expect_exact_backward_matches_cpu_past_few_tokens(variant, 8, 701);
-      continue;
-    }
     expect_compact_backward_matches_cpu_at_extremes(variant);
-    if (variant == "wide")
-      expect_exact_backward_matches_cpu_past_few_tokens(variant, 4,
-                                                        std::min<int64_t>(1200, cuda::compact_backward_min_tokens() - 1));
+    if (variant == "wide") {
+      const int64_t below_a_wave = std::min<int64_t>(1200, cuda::compact_backward_min_tokens() - 1);
+      expect_exact_backward_matches_cpu_past_few_tokens(variant, 4, below_a_wave);
+    }
   }
   const char* const after = std::getenv("MHCDIFF_CUDA_BACKWARD");
   EXPECT_EQ(before != nullptr, after != nullptr);

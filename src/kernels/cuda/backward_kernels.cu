@@ -236,8 +236,8 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
 // operator_math.hpp), walks them in ascending d, writes its rows' ∂x / ∂residual for them and keeps their
 // R·H dot-product partials in registers; a shuffle tree then combines the 32 partials. Rows are aligned
 // (D % 8 == 0). G is 1 except for binary64 and exact at H = 8, whose 72 dot products per lane do not fit in
-// registers (G = 3 and 9: three rows or one row per warp), and for few tokens (kFewTokenWarps); the gradient
-// rows are then read G times, from L2 after the first.
+// registers (G = 3: three rows per warp), and for few tokens (kFewTokenWarps); the gradient rows are then read G
+// times, from L2 after the first.
 // The R + H rows of a lane's next chunks are copied into a per-lane ring of kStages slots in shared memory
 // with cp.async while the current chunk is computed, so loads stay in flight without holding registers.
 
@@ -245,7 +245,7 @@ constexpr int kBackwardWarps = 4;  // per block when G = 1; a block is one token
 constexpr int kStages = 3;
 
 template <Mode M, int H>
-inline constexpr int kTokenWarps = H != 8 ? 1 : M == Mode::exact ? 9 : M == Mode::fp64 ? 3 : 1;
+inline constexpr int kTokenWarps = H == 8 && M != Mode::fp32 ? 3 : 1;
 // G for few tokens (launch_backward_for_tokens): one stream row per warp at H = 4, and at H = 8 except fp32.
 template <Mode M, int H>
 inline constexpr int kFewTokenWarps = H == 4 ? 5 : H == 8 && M != Mode::fp32 ? 9 : kTokenWarps<M, H>;
@@ -301,7 +301,8 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const W*
 }
 
 // The exact kernels ask for one resident block per multiprocessor: left to itself, ptxas gave the exact kernel
-// at H = 8 96 registers and 284 bytes of spills (168 registers and 8 bytes this way). 0: unspecified.
+// at H = 8 in nine warps (the few-token one now) 96 registers and 284 bytes of spills (168 registers and 8 bytes
+// this way). 0: unspecified.
 template <Mode M>
 inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
 // kCompact (exact, many tokens): the weights and filter bounds read from shared memory (binary64, per warp)
@@ -322,11 +323,11 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-// kChains (the compact exact kernel's default since session 28; MHCDIFF_CUDA_BACKWARD=interval runs it without,
-// docs/decisions.md): a lane step whose gradient values' exponent spread fits the token's weight window
-// (exact_chain_spread <= exact_chain_window, numerics/exact_filter.hpp) has binary64 chains that never round, so its
-// ∂x / ∂residual are RNb of the chains (one conversion each, as the fp64 policy's) with no interval; other steps take
-// the interval filter. The test costs about three integer instructions per pair of gradient values and one
+// kChains (the compact exact kernel's default since session 28, MHCDIFF_CUDA_BACKWARD=interval runs it without,
+// docs/decisions.md; the H = 8 one's since session 29): a lane step whose gradient values' exponent spread fits the
+// token's weight window (exact_chain_spread <= exact_chain_window, numerics/exact_filter.hpp) has binary64 chains
+// that never round, so its ∂x / ∂residual are RNb of the chains (one conversion each, as the fp64 policy's) with no
+// interval; other steps take the interval filter. The test costs about three integer instructions per pair of gradient values and one
 // comparison and vote per step, the interval two directed additions, a second conversion, packing and a comparison
 // per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
 // of four alternating rounds): 16384 x 4 x 4096 0.5645 -> 0.5432 ms (81.1 -> 84.4 % of copy), 4096 x 4 x 4096
@@ -334,10 +335,12 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // s27-4). Experiment wide: H = 4 at every S past the few-token kernel runs the non-compact kernel with kChains
 // (weights in registers, 255 registers, two blocks, as the fp64 backward runs); H100, s29-1/s29-2: -1.7 % and -4.5 %
 // on the bench's data, -2.2 % and -3.0 % on `realistic`'s, not yet timed on an H200.
-// Experiments h8-g3 and h8-g3-lean: H = 8 from the few-token kernel's limit on in three warps per token (three stream
-// rows each, 24 dot products per lane, weights in registers: the fp64 backward's configuration, 1.19 against 1.59 ms
-// at 8192 x 8 x 4096 on H100s, s29-1) with kChains, and the same with kLean, instead of nine warps of one row each;
-// ptxas: 255 registers with 236 and 184 bytes of spills (the fp64 kernel: 232).
+// At H = 8 (since session 29), past the few-token kernel, the exact backward runs three warps per token (three stream
+// rows each, 24 dot products per lane, weights in registers: the fp64 backward's configuration; 255 registers and
+// 236 bytes of spills, the fp64 kernel 232) with kChains, instead of nine warps of one row each without them. H100,
+// s29-4, medians of three alternating rounds: 8192 x 8 x 4096 1.5961 -> 1.2430 ms (-22 %), 1024 x 8 x 4096 0.2293
+// -> 0.1975 ms (-14 %); the same with kLean 1.4406 and 0.2150. The nine-warp kernel with kChains was slower than
+// without (1.59 -> 1.77 ms, s29-1): one row per warp pays the chain test once per row.
 // kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
 // roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
 // per-element bounds, the certified path past it), so the loop holds the chains' path alone. kParallelWindow
@@ -793,10 +796,6 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
-  if constexpr (M == Mode::exact && H == 8) {  // experiments h8-g3 and h8-g3-lean
-    if (experiment == 8) return launch_backward_fast_kernel<M, H, 3, Pol, false, true>(pol, in, out, fb, stream);
-    if (experiment == 9) return launch_backward_fast_kernel<M, H, 3, Pol, false, true, true>(pol, in, out, fb, stream);
-  }
   if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
     if (experiment == 6) return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
     if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
@@ -804,12 +803,14 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
         case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
         case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
         case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, true>(pol, in, out, fb, stream);
-        case 7: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, false, false, true>(pol, in, out, fb, stream);
+        case 7:
+          return launch_backward_fast_kernel<M, H, 1, Pol, true, true, false, false, true>(pol, in, out, fb, stream);
       }
       return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
     }
   }
-  launch_backward_fast_kernel<M, H, kTokenWarps<M, H>>(pol, in, out, fb, stream);
+  constexpr bool kChainsH8 = M == Mode::exact && H == 8;  // exact at H = 8: the chains (above backward_fast_kernel)
+  launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, false, kChainsH8>(pol, in, out, fb, stream);
 }
 
 template <Mode M, class Pol>
@@ -889,7 +890,7 @@ int backward_experiment() {
   return experiment_switch(
       "MHCDIFF_CUDA_BACKWARD",
       {{"chains", 0},  // the default since session 28, named for A/B runs written before
-       {"interval", 1}, {"lean", 2}, {"lean-vf", 4}, {"wide", 6}, {"chains-pw", 7}, {"h8-g3", 8}, {"h8-g3-lean", 9}},
+       {"interval", 1}, {"lean", 2}, {"lean-vf", 4}, {"wide", 6}, {"chains-pw", 7}},
       0);
 }
 
