@@ -401,6 +401,13 @@ class ScopedEnv {
   bool had_ = false;
 };
 
+// Weights made like torch.rand's and the bench's (k·2^-23, k·2^-24): windows set by trailing zeros
+// (exact_chain_window), so that nearly every step of the exact backward's chains takes their path without intervals.
+void quantise_weights_like_torch_rand(Inputs& in) {
+  for (float& v : in.post) v = std::ldexp(std::floor(std::ldexp(v, 23)), -23);
+  for (float& v : in.comb) v = std::ldexp(std::floor(std::ldexp(v, 24)), -24);
+}
+
 void expect_compact_backward_matches_cpu_at_extremes(const std::string& variant) {
   const int64_t S = cuda::compact_backward_min_tokens() + 37;
   std::mt19937_64 rng(1700);
@@ -411,12 +418,9 @@ void expect_compact_backward_matches_cpu_at_extremes(const std::string& variant)
       plant_backward_extremes(in, rng);
       expect_exact_without_twins_identical(in, fmt::format("compact {}, S={} D={} wide={}", variant, S, D, wide));
     }
-  // Weights made like torch.rand's and the bench's (k·2^-23, k·2^-24): windows set by trailing zeros
-  // (exact_chain_window), so that nearly every step of the chains experiment takes its path without intervals.
   for (const int64_t D : {4096, 1032}) {
     Inputs in = random_inputs(Shape{S, 4, D}, 1300 + D);
-    for (float& v : in.post) v = std::ldexp(std::floor(std::ldexp(v, 23)), -23);
-    for (float& v : in.comb) v = std::ldexp(std::floor(std::ldexp(v, 24)), -24);
+    quantise_weights_like_torch_rand(in);
     plant_midpoints(in);
     expect_exact_without_twins_identical(in, fmt::format("compact {}, S={} D={} quantised weights", variant, S, D));
   }
@@ -440,10 +444,7 @@ TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
 void expect_exact_backward_matches_cpu_past_few_tokens(const std::string& variant, int H, int64_t S) {
   for (const bool quantised : {false, true}) {
     Inputs in = random_inputs(Shape{S, H, 1032}, 2004 + S + H + quantised);
-    if (quantised) {
-      for (float& v : in.post) v = std::ldexp(std::floor(std::ldexp(v, 23)), -23);
-      for (float& v : in.comb) v = std::ldexp(std::floor(std::ldexp(v, 24)), -24);
-    }
+    if (quantised) quantise_weights_like_torch_rand(in);
     plant_midpoints(in);
     expect_exact_without_twins_identical(in, fmt::format("{}, S={} H={} quantised={}", variant, S, H, quantised));
   }

@@ -327,9 +327,9 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // docs/decisions.md; the H = 8 one's since session 29): a lane step whose gradient values' exponent spread fits the
 // token's weight window (exact_chain_spread <= exact_chain_window, numerics/exact_filter.hpp) has binary64 chains
 // that never round, so its ∂x / ∂residual are RNb of the chains (one conversion each, as the fp64 policy's) with no
-// interval; other steps take the interval filter. The test costs about three integer instructions per pair of gradient values and one
-// comparison and vote per step, the interval two directed additions, a second conversion, packing and a comparison
-// per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
+// interval; other steps take the interval filter. The test costs about three integer instructions per pair of
+// gradient values and one comparison and vote per step, the interval two directed additions, a second conversion,
+// packing and a comparison per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
 // of four alternating rounds): 16384 x 4 x 4096 0.5645 -> 0.5432 ms (81.1 -> 84.4 % of copy), 4096 x 4 x 4096
 // 0.2038 -> 0.1753 ms; on H100s, where this kernel waits on memory, +0.2 to +1.1 % and -7.1 to -8.0 % (s26-1 to
 // s27-4). Experiment wide: H = 4 at every S past the few-token kernel runs the non-compact kernel with kChains
