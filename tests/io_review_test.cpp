@@ -721,6 +721,33 @@ TEST_F(IoReview, RootAttributesOfTheWrongTypeAreRefused) {
   expect_refused("run layout-two.h5 -o out.h5 --policies hf", {"layout-two.h5", "comb_layout", "not a string"});
 }
 
+// comb_layout written on /inputs or on /inputs/comb (h5py makes either as easy as the root) was ignored: comb was
+// read as src,dst whatever the attribute said, and `info` listed it while saying the file declared none. Refused,
+// with or without --comb-layout (a misplaced attribute is a malformed file, like a malformed root one).
+TEST_F(IoReview, CombLayoutOffTheRootIsRefused) {
+  for (const std::string object : {"/inputs", "/inputs/comb"}) {
+    const std::string name = object == "/inputs" ? "layout-group.h5" : "layout-dataset.h5";
+    write_inputs(dir.file(name), inputs);
+    replace_link(dir.file(name), "/none", [&](hid_t f) {
+      const hid_t target = H5Oopen(f, object.c_str(), H5P_DEFAULT);
+      const hid_t type = H5Tcopy(H5T_C_S1);
+      H5Tset_size(type, H5T_VARIABLE);
+      H5Tset_cset(type, H5T_CSET_UTF8);
+      const hid_t space = H5Screate(H5S_SCALAR);
+      const hid_t attr = H5Acreate2(target, "comb_layout", type, space, H5P_DEFAULT, H5P_DEFAULT);
+      const char* value = "dst,src";
+      H5Awrite(attr, type, &value);
+      H5Aclose(attr);
+      H5Sclose(space);
+      H5Tclose(type);
+      H5Oclose(target);
+    });
+    const char* where = object == "/inputs" ? "the group /inputs" : "the dataset /inputs/comb";
+    expect_refused("run " + name + " -o out.h5 --policies hf", {name.c_str(), where, "comb_layout", "file root"});
+    expect_refused("run " + name + " -o out.h5 --policies hf --comb-layout dst,src", {where, "comb_layout"});
+  }
+}
+
 // A pass-through HDF5 filter registered in this process only: files written with it need a filter the CLI's
 // HDF5 library does not have (like an h5py file compressed with lzf or a blosc plugin).
 constexpr H5Z_filter_t kTestFilter = 65000;

@@ -238,6 +238,17 @@ struct InputReader::Impl {
     post.row_elems = H;
     comb.row_elems = H * H;
 
+    // comb_layout is read from the file root only. One written on /inputs or on /inputs/comb (where a writer may
+    // reasonably put it) would otherwise be ignored, and comb read in the other orientation without a word.
+    {
+      const Handle inputs(H5Gopen2(file.get(), "/inputs", detail::local_group_access()));
+      for (const auto& [object, where] : {std::pair{inputs.get(), "the group /inputs"},
+                                          std::pair{comb.dataset.get(), "the dataset /inputs/comb"}})
+        if (object >= 0 && detail::attribute_exists(object, "comb_layout"))
+          fail(fmt::format("{} has a comb_layout attribute, which mhcdiff reads from the file root only; move it to "
+                           "the root",
+                           where));
+    }
     // The attribute is validated even when the option overrides it: a malformed file is refused either way.
     std::optional<CombLayout> declared;
     if (auto attr = root_string_attribute("comb_layout", "\"src,dst\" or \"dst,src\"")) {
