@@ -319,6 +319,14 @@ TEST_F(CliCompare, GoldenRegenIsAtomicRefusesToClobberAndCheckGates) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(dir / "golden.h5"), before) << "an existing golden file was modified without --force";
+  // Every other output refuses the baseline too (run, gen, extract and compare's report replaced it, exit 0): only
+  // `golden regen --force` replaces one.
+  for (const char* cmd : {"run in.h5 -o golden.h5 --policies hf", "gen --preset realistic --shape 4,2,8 -o golden.h5",
+                          "extract res.h5:hf policy:exact --inputs in.h5 --worst 2 -o golden.h5",
+                          "compare res.h5:hf res.h5:exact --report golden.h5"}) {
+    expect_input_error(cmd, "golden baseline");
+    EXPECT_EQ(slurp(dir / "golden.h5"), before) << cmd;
+  }
   // A failed regen (unknown policy, missing directory) leaves nothing behind.
   EXPECT_EQ(mhcdiff("golden regen in.h5 -o g2.h5 --policies exact,nosuch").rc, 2);
   EXPECT_EQ(mhcdiff("golden regen in.h5 -o no/such/dir/g.h5").rc, 2);

@@ -119,9 +119,11 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
   // and before the checksum's pass over the inputs (a file declaring 2^26 tokens in 7.5 KB was read for 82 s
   // before this refusal).
   const std::vector<io::SourceFile> sources = {{"input", opt.input}};
-  io::check_output_fits(opt.output, "output", io::results_bytes(shape, backward, policies, backward), sources);
+  // --force (checked above for any existing file) is what lets a baseline be replaced.
+  io::check_output_fits(opt.output, "output", io::results_bytes(shape, backward, policies, backward), sources,
+                        io::GoldenTarget::replace);
   const std::string checksum = reader.checksum();
-  io::ResultWriter writer(opt.output, sources);
+  io::ResultWriter writer(opt.output, sources, io::GoldenTarget::replace);
   writer.set_batch_dims(reader.batch_dims());
   writer.declare_inputs(shape, backward);
   for (const auto& p : policies)
@@ -181,7 +183,7 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
     sum.tolerances.push_back(tol);
   }
 
-  writer.set_attribute("/", "golden_format", kGoldenFormat);
+  writer.set_attribute("/", io::kGoldenFormatAttribute, kGoldenFormat);
   writer.set_attribute("/", "golden_reference", sum.reference);
   writer.set_attribute("/", "golden_policies", fmt::format("{}", fmt::join(sum.policies, ",")));
   writer.set_attribute("/", "golden_repeat", std::to_string(opt.repeat));
@@ -203,7 +205,7 @@ GoldenSpec read_golden(const std::string& path) {
   io::TensorFile f(path);
   std::map<std::string, std::string> attrs;
   for (const auto& [k, v] : f.attributes("/")) attrs[k] = v;
-  if (attrs["golden_format"] != kGoldenFormat)
+  if (attrs[io::kGoldenFormatAttribute] != kGoldenFormat)
     throw InputError(fmt::format("{} is not a golden file (no golden_format = \"{}\" attribute); make one with "
                                  "`mhcdiff golden regen`", path, kGoldenFormat));
   // Every golden_tolerance.* attribute must be one mhcdiff reads: a misspelt one would otherwise leave its limit

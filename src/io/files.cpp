@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "io/hdf5_util.hpp"
+
 namespace mhc::io {
 
 namespace fs = std::filesystem;
@@ -264,7 +266,8 @@ struct CheckedOutput {
   long name_max = -1;  // the directory's limit on a name (NAME_MAX), -1 when it cannot say
 };
 
-CheckedOutput check_output(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources) {
+CheckedOutput check_output(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources,
+                           GoldenTarget golden) {
   auto refuse = [&](const std::string& why) {
     throw InputError(fmt::format("cannot write the {} {}: {}", what, path, why));
   };
@@ -290,6 +293,11 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
   for (const SourceFile& src : sources)
     if (!src.path.empty() && same_file(out.target.string(), src.path))
       refuse(fmt::format("it is the {} file, which it would replace; choose another {} path", src.role, what));
+  if (out.existed && golden == GoldenTarget::refuse &&
+      detail::file_has_root_attribute(out.target.string(), kGoldenFormatAttribute))
+    refuse(fmt::format("it is a golden baseline ({} attribute), which only `mhcdiff golden regen --force` replaces; "
+                       "choose another {} path",
+                       kGoldenFormatAttribute, what));
 
   out.dir = followed ? out.target.parent_path() : fs::path(path).parent_path();
   if (out.dir.empty()) out.dir = ".";
@@ -315,13 +323,13 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
 }  // namespace
 
 std::filesystem::path check_output_path(const std::string& path, const std::string& what,
-                                        const std::vector<SourceFile>& sources) {
-  return check_output(path, what, sources).target;
+                                        const std::vector<SourceFile>& sources, GoldenTarget golden) {
+  return check_output(path, what, sources, golden).target;
 }
 
 std::filesystem::path check_output_fits(const std::string& path, const std::string& what, double bytes,
-                                        const std::vector<SourceFile>& sources) {
-  const fs::path target = check_output(path, what, sources).target;
+                                        const std::vector<SourceFile>& sources, GoldenTarget golden) {
+  const fs::path target = check_output(path, what, sources, golden).target;
   std::error_code ec;
   const fs::space_info space = fs::space(target.parent_path(), ec);
   // A filesystem that reports no capacity (some FUSE, NFS or quota mounts) says nothing about free space either.
@@ -333,9 +341,10 @@ std::filesystem::path check_output_fits(const std::string& path, const std::stri
   return target;
 }
 
-AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources)
+AtomicOutput::AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources,
+                           GoldenTarget golden)
     : requested_(path), what_(what) {
-  const CheckedOutput checked = check_output(path, what, sources);
+  const CheckedOutput checked = check_output(path, what, sources, golden);
   target_ = checked.target;
   existed_ = checked.existed;
   // The temp file is named ".<name>" + kTempSuffix; where that would pass the directory's limit on a name

@@ -25,18 +25,26 @@ struct SourceFile {
 // does not exist yet, the same canonical path.
 bool same_file(const std::string& a, const std::string& b);
 
+// Whether an output may replace a golden baseline (an HDF5 file with the root attribute golden_format, which
+// compare/golden.cpp writes): only `golden regen --force` may; every other output refuses one, so that `run -o`,
+// `gen -o`, `extract -o` or `compare --report` aimed at the baseline cannot replace what CI checks against.
+enum class GoldenTarget { refuse, replace };
+inline constexpr const char* kGoldenFormatAttribute = "golden_format";
+
 // The checks AtomicOutput's constructor makes, alone: a command calls it before its work, so a refused output path
 // fails fast (the writer checks again when it is created).
 // Returns the file the output would replace (symlinks followed).
 std::filesystem::path check_output_path(const std::string& path, const std::string& what,
-                                        const std::vector<SourceFile>& sources = {});
+                                        const std::vector<SourceFile>& sources = {},
+                                        GoldenTarget golden = GoldenTarget::refuse);
 
 // check_output_path, and then that a file of about `bytes` fits the free space of the disk the output would be
 // written on (a symlink's target's): InputError otherwise ("cannot write the output o.h5: it would take about
 // 1.1e+05 GB, but its filesystem (/data) has 67 GB free"). A command that would write for hours before the disk is
 // full calls it before any work (gen, run). Where the free space cannot be read, the write itself reports it.
 std::filesystem::path check_output_fits(const std::string& path, const std::string& what, double bytes,
-                                        const std::vector<SourceFile>& sources = {});
+                                        const std::vector<SourceFile>& sources = {},
+                                        GoldenTarget golden = GoldenTarget::refuse);
 
 // For the command-line program: a crash (SIGSEGV, SIGBUS, or SIGABRT from the C library's heap checks) removes the
 // temp files, says in one line what usually causes it and exits 2 (the exit code of an input error) instead of dying
@@ -64,14 +72,16 @@ class StallGuard {
 // An output file written beside its destination and renamed over it on commit(), so a reader never sees a partial
 // file and a failure leaves the old one intact. The constructor refuses (InputError, one sentence naming `what`,
 // e.g. "output" or "report"): an empty path; a directory; an existing path that is not a regular file (a device
-// node, a FIFO: never replaced); a path that is the same file as one of `sources`; a missing or unwritable
+// node, a FIFO: never replaced); a path that is the same file as one of `sources`; a golden baseline unless
+// `golden` is GoldenTarget::replace; a missing or unwritable
 // directory; an existing file that is not writable; a name longer than the directory takes. A symlink is written
 // through: its target gets the content and the link stays. The temp file `.<name>.mhcdiff-tmp-XXXXXX`
 // (`.mhcdiff-tmp-XXXXXX` where the name is within 20 bytes of the directory's limit; mode 0666 & ~umask) is
 // removed by the destructor unless commit() ran, and by the catchable signals that end a process (files.cpp).
 class AtomicOutput {
  public:
-  AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {});
+  AtomicOutput(const std::string& path, const std::string& what, const std::vector<SourceFile>& sources = {},
+               GoldenTarget golden = GoldenTarget::refuse);
   ~AtomicOutput();
   AtomicOutput(const AtomicOutput&) = delete;
   AtomicOutput& operator=(const AtomicOutput&) = delete;

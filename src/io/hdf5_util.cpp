@@ -88,6 +88,13 @@ std::string hdf5_failure_reason() {
   return descriptions.empty() ? "the HDF5 library reported an error" : "HDF5: " + descriptions.front();
 }
 
+bool file_has_root_attribute(const std::string& path, const std::string& name) {
+  silence_hdf5_errors();
+  if (H5Fis_hdf5(path.c_str()) <= 0) return false;
+  const Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  return file.valid() && attribute_exists(file.get(), name);
+}
+
 Handle open_file_read_only(const std::string& path) {
   silence_hdf5_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0)

@@ -131,6 +131,9 @@ void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, vo
 void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src);
 
 bool link_exists(hid_t file, const std::string& path);
+// True when `path` is an HDF5 file that opens and has the root attribute `name`; false for anything else (not HDF5,
+// truncated, locked by a writer, no such attribute). Never throws: it probes a file that an output would replace.
+bool file_has_root_attribute(const std::string& path, const std::string& name);
 bool attribute_exists(hid_t object, const std::string& name);
 
 // String attributes (variable-length UTF-8, what h5py writes and reads as str).

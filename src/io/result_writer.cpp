@@ -252,12 +252,12 @@ struct ResultWriter::Impl {
   }
 };
 
-ResultWriter::ResultWriter(const std::string& path, const std::vector<SourceFile>& sources)
+ResultWriter::ResultWriter(const std::string& path, const std::vector<SourceFile>& sources, GoldenTarget golden)
     : impl_(std::make_unique<Impl>()) {
   detail::silence_hdf5_errors();
   Impl& m = *impl_;
   m.path = path;
-  m.output.emplace(path, "output", sources);  // every check on the path (docs/format.md, "Validation")
+  m.output.emplace(path, "output", sources, golden);  // every check on the path (docs/format.md, "Validation")
   m.temp_path = m.output->temp_path();
   m.file = Handle(H5Fcreate(m.temp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   if (!m.file.valid())

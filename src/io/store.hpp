@@ -153,8 +153,9 @@ double results_bytes(const Shape& shape, bool grad_inputs, const std::vector<Pol
 class ResultWriter {
  public:
   // Throws InputError for an output path AtomicOutput refuses, e.g. one that is the same file as one of `sources`
-  // (the files the command reads).
-  explicit ResultWriter(const std::string& path, const std::vector<SourceFile>& sources = {});
+  // (the files the command reads) or, unless `golden` says replace, a golden baseline.
+  explicit ResultWriter(const std::string& path, const std::vector<SourceFile>& sources = {},
+                        GoldenTarget golden = GoldenTarget::refuse);
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;
