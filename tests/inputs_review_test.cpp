@@ -215,6 +215,20 @@ TEST_F(InputsReview, ResultsRecordAndInfoShowsHowCombWasRead) {
   EXPECT_NE(results.out.find("@source_comb_layout = src,dst (--comb-layout)"), std::string::npos) << results.out;
 }
 
+// CLI11's IsMember printed the two values, each holding a comma, as a set of four: "--comb-layout
+// TEXT:{src,dst,dst,src}" in --help and "dst-src not in {src,dst,dst,src}" for a mistyped value.
+TEST_F(InputsReview, CombLayoutHelpAndRefusalNameTheTwoValues) {
+  write_declaring(dir.file("in.h5"), r, "src,dst");
+  const CliResult help = run_cli(dir, "run --help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("--comb-layout src,dst|dst,src"), std::string::npos) << help.out;
+  const CliResult typo = run_cli(dir, "run in.h5 -o out.h5 --policies hf --comb-layout dst-src");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("\"dst-src\" is neither src,dst nor dst,src"), std::string::npos) << typo.err;
+  EXPECT_EQ(typo.err.find("{src,dst,dst,src}"), std::string::npos) << typo.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.h5")));
+}
+
 // ---- 2. a candidate's shape ------------------------------------------------------------------------------------
 
 // check_out_shape compared the element count and the last dim only: out [32,16] or [16,2,16] for S=8, H=4, D=16

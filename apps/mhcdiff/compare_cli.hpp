@@ -54,7 +54,10 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
                     "inputs file: computes policy: sides, the exact truth (truth-ULP error, correct rounding) and the "
                     "cancellation census");
   cmd->add_option("--tensors", o.tensors, "tensors to compare (default: all the sides hold)")->delimiter(',');
-  auto* g = "Gates (exit 1 when one fails; none applies to out unless given)";
+  // golden check: the golden file's stored limits gate every tensor it holds, and a gate given here replaces one.
+  auto* g = with_inputs ? "Gates (exit 1 when one fails; none applies to out unless given)"
+                        : "Gates (exit 1 when one fails; the golden file's stored limits apply, and each gate given "
+                          "here replaces the stored one)";
   cmd->add_option("--max-mismatch", o.max_mismatch, "at most N elements whose bits differ")->group(g);
   cmd->add_option("--max-mismatch-frac", o.max_mismatch_frac, "at most this fraction of elements differ")->group(g);
   cmd->add_option("--max-ulp", o.max_ulp, "at most U ULP (in the tensor's own dtype) between any pair")->group(g);

@@ -31,7 +31,14 @@ inline void add_input_read_options(CLI::App* cmd, InputReadCli& o) {
   cmd->add_option("--comb-layout", o.comb_layout,
                   "orientation of comb in the input: src,dst or dst,src; wins over the file's comb_layout attribute "
                   "(default: that attribute, else src,dst)")
-      ->check(CLI::IsMember({"src,dst", "dst,src"}));
+      // Not CLI::IsMember: its set of two comma-holding names printed as one of four, "{src,dst,dst,src}".
+      ->type_name("src,dst|dst,src")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return v == "src,dst" || v == "dst,src" ? std::string()
+                                                    : "\"" + v + "\" is neither src,dst nor dst,src";
+          },
+          ""));
   cmd->add_flag("--round-inputs", o.round_inputs,
                 "round float32/float64 inputs that are not exactly bf16 (or fp32) instead of refusing them");
   cmd->add_flag("--allow-nonfinite", o.allow_nonfinite,
