@@ -225,6 +225,10 @@ TEST_F(CliIo, UnknownCommandIsNamed) {
   expect_refused("rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});
   // after the global flags too
   expect_refused("-q -v rnu in.h5 -o out.h5", {"unknown command 'rnu'", "gen, run, info, compare, golden"});
+  // and golden's own commands (it said "A subcommand is required (mhcdiff golden --help)")
+  expect_refused("golden chekc cand.h5 --golden g.h5",
+                 {"unknown golden command 'chekc'", "regen, check", "(mhcdiff golden --help)"});
+  expect_refused("-q golden -v regn in.h5 -o g.h5", {"unknown golden command 'regn'"});
 }
 
 // An output name the filesystem takes (up to 255 bytes) was refused from 236 bytes on: the temp file's name adds 20.

@@ -58,9 +58,12 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   auto* g = with_inputs ? "Gates (exit 1 when one fails; none applies to out unless given)"
                         : "Gates (exit 1 when one fails; the golden file's stored limits apply, and each gate given "
                           "here replaces the stored one)";
-  cmd->add_option("--max-mismatch", o.max_mismatch, "at most N elements whose bits differ")->group(g);
+  // Read as text and parsed whole (parse_whole_number), so that CLI11 would call them TEXT: named for what they take.
+  cmd->add_option("--max-mismatch", o.max_mismatch, "at most N elements whose bits differ")->type_name("N")->group(g);
   cmd->add_option("--max-mismatch-frac", o.max_mismatch_frac, "at most this fraction of elements differ")->group(g);
-  cmd->add_option("--max-ulp", o.max_ulp, "at most U ULP (in the tensor's own dtype) between any pair")->group(g);
+  cmd->add_option("--max-ulp", o.max_ulp, "at most U ULP (in the tensor's own dtype) between any pair")
+      ->type_name("U")
+      ->group(g);
   auto* rtol = cmd->add_option("--rtol", o.rtol, "torch-style |C-R| <= atol + rtol*|R| for every element")->group(g);
   auto* atol = cmd->add_option("--atol", o.atol, "absolute part of the torch-style tolerance")->group(g);
   rtol->needs(atol);
@@ -68,10 +71,12 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   cmd->add_option("--grad-rel-l2", o.grad_rel_l2,
                   fmt::format("grad_* tensors: ||C-R||/||R|| at most this (default {}; 'off' to disable)",
                               compare::kDefaultGradRelL2))
+      ->type_name("X|off")
       ->group(g);
   cmd->add_option("--grad-norm-max", o.grad_norm_max,
                   fmt::format("grad_* tensors: max|C-R|/max|R| at most this (default {}; 'off' to disable)",
                               compare::kDefaultGradNormMax))
+      ->type_name("X|off")
       ->group(g);
   cmd->add_option("--min-survivor-frac", o.min_survivor_frac,
                   with_inputs ? "out: at least this fraction of cancellation cases must survive (needs --inputs)"

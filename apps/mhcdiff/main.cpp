@@ -42,17 +42,27 @@ int main(int argc, char** argv) {
   mhc::cli::add_extract_command(app, ctx);
   mhc::cli::add_bench_command(app, ctx);
 
-  // `mhcdiff nope` would get CLI11's "A subcommand is required": name the word it did not know instead. The global
-  // options before the command are flags without values, so the command is the first word without a '-'.
-  const auto word = std::find_if(argv + 1, argv + argc, [](const char* a) { return a[0] != '-'; });
-  if (word != argv + argc) {
+  // `mhcdiff nope` (or `mhcdiff golden chekc`) would get CLI11's "A subcommand is required": name the word it did
+  // not know instead. The options before a command are flags without values (-q, -v), so the command is the first
+  // word without a '-', and a command with commands of its own (golden) takes the next such word as one.
+  CLI::App* parent = &app;
+  std::string scope;  // "" for mhcdiff's commands, "golden " for golden's
+  for (char** word = argv + 1; parent->get_require_subcommand_min() > 0; ++word) {
+    word = std::find_if(word, argv + argc, [](const char* a) { return a[0] != '-'; });
+    if (word == argv + argc) break;  // none given: CLI11's "A subcommand is required"
     std::vector<std::string> names;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
-    if (std::find(names.begin(), names.end(), *word) == names.end()) {
-      spdlog::error("unknown command '{}'; the commands are {} (mhcdiff --help)", mhc::report::one_line(*word),
-                    fmt::join(names, ", "));
+    CLI::App* found = nullptr;
+    for (CLI::App* sub : parent->get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+      if (sub->get_name() == *word) found = sub;
+    }
+    if (!found) {
+      spdlog::error("unknown {0}command '{1}'; the {0}commands are {2} (mhcdiff {0}--help)", scope,
+                    mhc::report::one_line(*word), fmt::join(names, ", "));
       return 2;
     }
+    parent = found;
+    scope += found->get_name() + " ";
   }
 
   try {
