@@ -231,6 +231,12 @@ TEST_F(CliIo, UnknownCommandIsNamed) {
   expect_refused("-q golden -v regn in.h5 -o g.h5", {"unknown golden command 'regn'"});
 }
 
+// -q and -v together were accepted and -q won silently; they contradict each other, before or after the command.
+TEST_F(CliIo, QuietAndVerboseTogetherAreAUsageError) {
+  expect_refused("-q run good.h5 -o out.h5 --policies hf -v", {"--quiet", "--verbose"});
+  expect_refused("run good.h5 -o out.h5 --policies hf --verbose --quiet", {"--quiet", "--verbose"});
+}
+
 // An output name the filesystem takes (up to 255 bytes) was refused from 236 bytes on: the temp file's name adds 20.
 TEST_F(CliIo, AnOutputNameOfUpTo255BytesIsWritable) {
   for (const size_t length : {size_t(235), size_t(236), size_t(255)}) {

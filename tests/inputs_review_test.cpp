@@ -249,6 +249,12 @@ TEST_F(InputsReview, CandidatesMustHaveTheInputsLogicalShape) {
     expect_refused("fingerprint in.h5 " + name + ".h5", {name + ".h5", shape, "[8,4,16]"});
     expect_refused("extract " + name + ".h5 policy:hf --inputs in.h5 -o x.h5", {name + ".h5", shape, "[8,4,16]"});
   }
+  // compare said a transposed out ([S,D,H]) was "not the inputs it was computed from", blaming the inputs.
+  RawFile(dir.file("transposed.h5")).bf16("/results/c/out", {8, 16, 4}, bits);
+  const CliResult transposed = expect_refused("compare transposed.h5:c policy:hf --inputs in.h5",
+                                              {"transposed.h5", "[8,16,4]", "[8,4,16]", "axes are in another order"});
+  EXPECT_EQ(transposed.err.find("not the inputs it was computed from"), std::string::npos) << transposed.err;
+  expect_refused("compare split.h5:c policy:hf --inputs in.h5", {"[16,2,16]", "not the inputs it was computed from"});
 }
 
 // Leading batch dims (SPEC §3): `run` keeps the inputs' [B,S], a PyTorch dump may flatten them, and dims of size 1

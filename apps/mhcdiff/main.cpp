@@ -24,8 +24,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", MHCDIFF_VERSION);
   bool quiet = false, verbose = false;
-  app.add_flag("-q,--quiet", quiet, "only errors on stderr");
-  app.add_flag("-v,--verbose", verbose, "debug logging on stderr");
+  // Contradictory together: refused rather than one silently winning.
+  app.add_flag("-q,--quiet", quiet, "only errors on stderr")
+      ->excludes(app.add_flag("-v,--verbose", verbose, "debug logging on stderr"));
   app.fallthrough();  // -q/-v are accepted after the subcommand too (mhcdiff run in.h5 -o r.h5 --quiet)
   app.parse_complete_callback([&] {
     spdlog::set_level(quiet ? spdlog::level::err : verbose ? spdlog::level::debug : spdlog::level::info);

@@ -434,11 +434,14 @@ CompareReport run_compare(const CompareOptions& opt) {
       expected.rows = shape->S;
       for (const Side* s : {&cand, &ref}) {
         const Geometry& g = s == &cand ? gc : gr;
+        // The same extents in another order ([S,D,H] for [S,H,D]) is a layout mistake, not other inputs.
         if (s->file && !same_logical_shape(g, expected))
-          throw InputError(fmt::format("{} has shape {} in {}, but the inputs {} (S={}, H={}, D={}) make it {}: they are "
-                                       "not the inputs it was computed from",
-                                       name, dims_text(g.dims), s->label(), opt.inputs, shape->S, shape->H, shape->D,
-                                       dims_text(expected.dims)));
+          throw InputError(fmt::format(
+              "{} has shape {} in {}, but the inputs {} (S={}, H={}, D={}) make it {}: {}", name, dims_text(g.dims),
+              s->label(), opt.inputs, shape->S, shape->H, shape->D, dims_text(expected.dims),
+              std::is_permutation(g.dims.begin(), g.dims.end(), expected.dims.begin(), expected.dims.end())
+                  ? "its axes are in another order (was it stored transposed?)"
+                  : "they are not the inputs it was computed from"));
       }
     }
     if (!same_logical_shape(gc, gr))
