@@ -215,6 +215,24 @@ TEST_F(InputsReview, ResultsRecordAndInfoShowsHowCombWasRead) {
   EXPECT_NE(results.out.find("@source_comb_layout = src,dst (--comb-layout)"), std::string::npos) << results.out;
 }
 
+// Results of a run made with --comb-layout dst,src, checked against the same file without it, were "computed from
+// other inputs" and nothing more: the checksum covers comb as read. The message now says that they are these inputs
+// with comb read the other way and which option reads them alike; results of really other inputs get no such hint.
+TEST_F(InputsReview, ResultsReadWithTheOtherCombLayoutAreNamedAsSuch) {
+  write_declaring(dir.file("in.h5"), r, "src,dst");
+  ASSERT_EQ(run_cli(dir, "run in.h5 -o dst.h5 --policies hf --comb-layout dst,src").exit_code, 0);
+  for (const std::string cmd : {"fingerprint in.h5 dst.h5", "compare dst.h5:hf policy:hf --inputs in.h5"})
+    expect_refused(cmd, {"computed from other inputs", "they are these inputs with comb read as dst,src",
+                         "pass --comb-layout dst,src"});
+  EXPECT_EQ(run_cli(dir, "compare dst.h5:hf policy:hf --inputs in.h5 --comb-layout dst,src").exit_code, 0);
+
+  RawInputs other = r;
+  other.x[0] ^= 0x0001;
+  write_declaring(dir.file("other.h5"), other, "src,dst");
+  const CliResult res = expect_refused("fingerprint other.h5 dst.h5", {"computed from other inputs"});
+  EXPECT_EQ(res.err.find("comb read as"), std::string::npos) << res.err;
+}
+
 // CLI11's IsMember printed the two values, each holding a comma, as a set of four: "--comb-layout
 // TEXT:{src,dst,dst,src}" in --help and "dst-src not in {src,dst,dst,src}" for a mistyped value.
 TEST_F(InputsReview, CombLayoutHelpAndRefusalNameTheTwoValues) {

@@ -571,8 +571,8 @@ CompareReport run_compare(const CompareOptions& opt) {
   // After the pass that read the inputs (up front, it would read them twice).
   if (reader) {
     const std::string read = inputs_checksum.hex();
-    io::require_computed_from(cand.label(), cand_inputs, opt.inputs, read);
-    io::require_computed_from(ref.label(), ref_inputs, opt.inputs, read);
+    io::require_computed_from(cand.label(), cand_inputs, *reader, read);
+    io::require_computed_from(ref.label(), ref_inputs, *reader, read);
   }
 
   // ---- the report ----

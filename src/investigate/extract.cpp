@@ -114,7 +114,7 @@ ExtractSummary extract_worst_tokens(const OutSource& candidate, const OutSource&
   const Shape shape = reader.shape();
   check_out_shape(candidate, reader);
   check_out_shape(reference, reader);
-  check_computed_from({&candidate, &reference}, reader, inputs_path);
+  check_computed_from({&candidate, &reference}, reader);
   ExtractSummary summary;
   summary.source_shape = shape;
 

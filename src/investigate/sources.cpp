@@ -131,8 +131,7 @@ std::vector<bf16_bits> read_out_slab(const OutSource& src, const Inputs& slab, i
   return out;
 }
 
-void check_computed_from(const std::vector<const OutSource*>& sides, io::InputReader& reader,
-                         const std::string& inputs_path) {
+void check_computed_from(const std::vector<const OutSource*>& sides, io::InputReader& reader) {
   std::string read;  // the inputs' checksum, once a side has one to compare
   for (const OutSource* side : sides) {
     if (side->is_policy) continue;
@@ -141,7 +140,7 @@ void check_computed_from(const std::vector<const OutSource*>& sides, io::InputRe
     const std::string computed_from = io::results_inputs_checksum(side->path, group);
     if (computed_from.empty()) continue;
     if (read.empty()) read = reader.checksum();
-    io::require_computed_from(side->text, computed_from, inputs_path, read);
+    io::require_computed_from(side->text, computed_from, reader, read);
   }
 }
 
@@ -151,7 +150,7 @@ FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSour
   io::InputReader reader(inputs_path, read);
   const Shape shape = reader.shape();
   check_out_shape(candidate, reader);
-  check_computed_from({&candidate}, reader, inputs_path);
+  check_computed_from({&candidate}, reader);
   const int64_t step = slab_tokens(shape);
   const SlabSource source = [&](const SlabVisitor& visit) {
     for (int64_t s0 = 0; s0 < shape.S; s0 += step) {

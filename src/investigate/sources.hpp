@@ -43,8 +43,7 @@ void check_out_shape(const OutSource& src, const io::InputReader& inputs);
 // against the reader's checksum, computed once, only when a side says); InputError naming both otherwise. Up front,
 // at the cost of one more read of the inputs: fingerprint and extract do far more work per element than compare,
 // which checks after its one pass instead.
-void check_computed_from(const std::vector<const OutSource*>& sides, io::InputReader& reader,
-                         const std::string& inputs_path);
+void check_computed_from(const std::vector<const OutSource*>& sides, io::InputReader& reader);
 
 // `mhcdiff fingerprint in.h5 CAND`: the inputs and the candidate streamed in slabs.
 FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSource& candidate,

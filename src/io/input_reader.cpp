@@ -430,6 +430,20 @@ Inputs InputReader::read_slab(int64_t s0, int64_t count, InputCensus* census) {
                                m.path, count, m.shape.S, m.shape.H, m.shape.D, double(per_token)));
 }
 
+namespace {
+
+// Each token's comb [H,H] transposed in place: src,dst <-> dst,src.
+void transpose_comb(Inputs& in) {
+  const int H = in.shape.H;
+  for (int64_t s = 0; s < in.shape.S; ++s) {
+    float* c = in.comb.data() + s * H * H;
+    for (int i = 0; i < H; ++i)
+      for (int j = i + 1; j < H; ++j) std::swap(c[i * H + j], c[j * H + i]);
+  }
+}
+
+}  // namespace
+
 Inputs InputReader::read_slab_unchecked(int64_t s0, int64_t count, InputCensus* census) {
   Impl& m = *impl_;
   Inputs in;
@@ -439,22 +453,18 @@ Inputs InputReader::read_slab_unchecked(int64_t s0, int64_t count, InputCensus* 
   m.read_f32_slot(m.post, s0, count, in.post, census);
   m.read_f32_slot(m.comb, s0, count, in.comb, census);
   if (m.has_grad) m.read_bf16_slot(m.grad_out, s0, count, in.grad_out, census);
-  if (m.layout == CombLayout::dst_src) {
-    const int H = m.shape.H;
-    for (int64_t s = 0; s < count; ++s) {
-      float* c = in.comb.data() + s * H * H;
-      for (int i = 0; i < H; ++i)
-        for (int j = i + 1; j < H; ++j) std::swap(c[i * H + j], c[j * H + i]);
-    }
-  }
+  if (m.layout == CombLayout::dst_src) transpose_comb(in);
   return in;
 }
 
-std::string InputReader::checksum() {
+std::string InputReader::checksum(bool comb_transposed) {
   InputChecksum sum;
   const int64_t step = slab_tokens_for(impl_->shape, impl_->has_grad, int64_t(64) << 20);
-  for (int64_t s0 = 0; s0 < impl_->shape.S; s0 += step)
-    sum.update(read_slab(s0, std::min(step, impl_->shape.S - s0)));
+  for (int64_t s0 = 0; s0 < impl_->shape.S; s0 += step) {
+    Inputs slab = read_slab(s0, std::min(step, impl_->shape.S - s0));
+    if (comb_transposed) transpose_comb(slab);
+    sum.update(slab);
+  }
   return sum.hex();
 }
 
@@ -463,11 +473,19 @@ Inputs read_inputs(const std::string& path, const ReadOptions& options) {
   return reader.read_slab(0, reader.shape().S);
 }
 
-void require_computed_from(const std::string& side, const std::string& computed_from, const std::string& inputs_path,
+void require_computed_from(const std::string& side, const std::string& computed_from, InputReader& inputs,
                            const std::string& inputs_checksum) {
-  if (!computed_from.empty() && computed_from != inputs_checksum)
-    throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {})", side,
-                                 inputs_path, computed_from, inputs_checksum));
+  if (computed_from.empty() || computed_from == inputs_checksum) return;
+  // The checksum covers comb as read, so results made from the same file read the other way round (a run with
+  // --comb-layout dst,src, checked without it) differ too: told apart by a second pass, on this error path only.
+  const CombLayout other = inputs.comb_layout() == CombLayout::src_dst ? CombLayout::dst_src : CombLayout::src_dst;
+  const std::string hint =
+      inputs.checksum(true) == computed_from
+          ? fmt::format("; they are these inputs with comb read as {} (comb was read as {} here): pass --comb-layout {}",
+                        comb_layout_name(other), comb_layout_name(inputs.comb_layout()), comb_layout_name(other))
+          : "";
+  throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {}){}", side,
+                               inputs.path(), computed_from, inputs_checksum, hint));
 }
 
 std::string results_inputs_checksum(const std::string& path, const std::string& group) {

@@ -71,8 +71,9 @@ class InputReader {
   bool has_grad() const;
   // Tokens [s0, s0 + count) of every input tensor (grad_out when present), comb in src,dst orientation.
   Inputs read_slab(int64_t s0, int64_t count, InputCensus* census = nullptr);
-  // A checksum of the input datasets' contents (provenance): InputChecksum over every slab, in order.
-  std::string checksum();
+  // A checksum of the input datasets' contents (provenance): InputChecksum over every slab, in order; with
+  // `comb_transposed`, of the inputs read with comb the other way round (the other --comb-layout).
+  std::string checksum(bool comb_transposed = false);
   // The orientation comb was read in (the option when given, else the file's comb_layout attribute, else src,dst),
   // and which of the three decided it.
   CombLayout comb_layout() const;
@@ -121,8 +122,9 @@ Inputs read_inputs(const std::string& path, const ReadOptions& options = {});
 std::string results_inputs_checksum(const std::string& path, const std::string& group);
 
 // InputError unless results `side` (its label) whose inputs' checksum is `computed_from` ("" when unknown: not
-// checked) were computed from the inputs `inputs_path`, whose checksum is `inputs_checksum`.
-void require_computed_from(const std::string& side, const std::string& computed_from, const std::string& inputs_path,
+// checked) were computed from the inputs `inputs` reads, whose checksum is `inputs_checksum`. When they were computed
+// from the same inputs with comb read the other way round, the message says so and names the --comb-layout.
+void require_computed_from(const std::string& side, const std::string& computed_from, InputReader& inputs,
                            const std::string& inputs_checksum);
 
 // Provenance attached to every results group (SPEC §3).
