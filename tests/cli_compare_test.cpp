@@ -167,6 +167,10 @@ TEST_F(CliCompare, EachBadInputIsExitTwoWithOneMessage) {
   expect_input_error("compare res.h5:hf res.h5:exact --min-survivor-frac 0.5", "pass --inputs");
   expect_input_error("compare res.h5:hf res.h5:exact --relative-to fp32-seeded", "pass --inputs");
   expect_input_error("compare res.h5:hf policy:exact --inputs other.h5", "not the inputs it was computed from");
+  // A dataset path, as fingerprint and extract take one, said "no results group '/results/hf-bf16/out'".
+  expect_input_error("compare res.h5:/results/hf-bf16/out res.h5:exact",
+                     "res.h5:/results/hf-bf16/out is a dataset; compare takes a results group and chooses tensors with "
+                     "--tensors: res.h5:/results/hf-bf16 --tensors out");
   expect_input_error("compare res.h5:hf res.h5:exact --rtol 1e-3", "--atol");
   expect_input_error("compare res.h5:hf res.h5:exact --format yaml", "--format");
   expect_input_error("compare res.h5:hf res.h5:exact --grad-rel-l2 lots", "--grad-rel-l2 lots");
