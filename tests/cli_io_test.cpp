@@ -231,6 +231,15 @@ TEST_F(CliIo, UnknownCommandIsNamed) {
   expect_refused("-q golden -v regn in.h5 -o g.h5", {"unknown golden command 'regn'"});
 }
 
+// CLI11 reports a missing required argument before an unknown option: `run --hlep` said "input is required" and
+// `run --hlep in.h5` "--output is required", hiding the typo.
+TEST_F(CliIo, AnUnknownOptionIsNamedBeforeAMissingArgument) {
+  expect_refused("run --hlep", {"unknown option --hlep", "(mhcdiff run --help)"});
+  expect_refused("run --hlep good.h5", {"unknown option --hlep"});
+  expect_refused("golden check --frce", {"unknown option --frce", "(mhcdiff golden check --help)"});
+  expect_refused("run", {"input is required"});  // nothing unknown: the missing argument, as before
+}
+
 // -q and -v together were accepted and -q won silently; they contradict each other, before or after the command.
 TEST_F(CliIo, QuietAndVerboseTogetherAreAUsageError) {
   expect_refused("-q run good.h5 -o out.h5 --policies hf -v", {"--quiet", "--verbose"});

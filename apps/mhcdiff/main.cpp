@@ -75,7 +75,16 @@ int main(int argc, char** argv) {
     std::string command = "mhcdiff ";  // with the subcommands parsed so far, e.g. "mhcdiff golden check "
     for (const CLI::App* at = &app; !at->get_subcommands().empty(); at = at->get_subcommands().front())
       command += at->get_subcommands().front()->get_name() + " ";
-    spdlog::error("{} ({}--help)", mhc::report::one_line(e.what()), command);
+    // CLI11 reports a missing required argument before an option it does not know, so `run --hlep` said "input is
+    // required": the unknown option, the likelier mistake, is named first.
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::RequiredError*>(&e))
+      for (const std::string& arg : app.remaining(true))
+        if (arg.size() > 1 && arg[0] == '-') {
+          message = fmt::format("unknown option {}", arg);
+          break;
+        }
+    spdlog::error("{} ({}--help)", mhc::report::one_line(message), command);
     return 2;
   } catch (const mhc::InputError& e) {
     spdlog::error("{}", mhc::report::one_line(e.what()));  // names from files and arguments may hold newlines
