@@ -97,11 +97,12 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
   } else if (g.front() != '/') {
     if (auto found = io::find_results_group(f, g)) return *found;
   }
-  if (g.front() == '/') f.exists(g);  // InputError when the path runs through a link that leads out or nowhere
+  // InputError when the path runs through a link that leads out or nowhere.
+  const bool exists = g.front() == '/' && f.exists(g);
   // A dataset inside a results group (res.h5:/results/hf-bf16/out, as fingerprint and extract take it): compare
   // takes the group and chooses tensors with --tensors.
-  if (const size_t slash = g.rfind('/'); slash > 9 && g.rfind("/results/", 0) == 0 &&
-                                         has_group(g.substr(9, slash - 9)) && f.exists(g))
+  if (const size_t slash = g.rfind('/');
+      exists && slash > 9 && g.rfind("/results/", 0) == 0 && has_group(g.substr(9, slash - 9)))
     throw InputError(fmt::format("{}:{} is a dataset; compare takes a results group and chooses tensors with "
                                  "--tensors: {}:{} --tensors {}",
                                  spec.path, spec.group, spec.path, g.substr(0, slash), g.substr(slash + 1)));
