@@ -112,6 +112,33 @@ TEST_F(CliCompare, DefaultGradientGatesApplyAndCanBeSwitchedOff) {
   EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
 }
 
+// --rel-l2 / --norm-max gate every tensor, out included (which has no default gate); for the gradients the
+// --grad-* option wins where both are given, and 'off' in --rel-l2 alone removes the gradients' default too.
+TEST_F(CliCompare, NormwiseGatesForEveryTensorReachOut) {
+  CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --rel-l2 0 --grad-rel-l2 1 --norm-max off --format json");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  const std::string out_rel_l2 = "\"gate\": \"rel-l2\"";
+  size_t given = 0, grad = 0, at = 0;
+  while ((at = r.out.find(out_rel_l2, at)) != std::string::npos) {
+    const size_t origin = r.out.find("\"origin\": \"", at);
+    ASSERT_NE(origin, std::string::npos) << r.out;
+    const std::string rest = r.out.substr(origin + 11, 20);
+    given += rest.rfind("--rel-l2\"", 0) == 0;
+    grad += rest.rfind("--grad-rel-l2\"", 0) == 0;
+    ++at;
+  }
+  EXPECT_EQ(given, 1u) << r.out;  // out
+  EXPECT_EQ(grad, 4u) << r.out;   // the four gradients
+  EXPECT_EQ(r.out.find("\"gate\": \"norm-max\""), std::string::npos) << r.out;  // off for every tensor
+  r = mhcdiff("compare res.h5:hf res.h5:exact --rel-l2 off --norm-max off");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
+  r = mhcdiff("compare res.h5:hf res.h5:exact --tensors out --norm-max 0");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("FAIL out norm-max"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[--norm-max]"), std::string::npos) << r.out;
+}
+
 TEST_F(CliCompare, TruthAndCensusComeFromInputs) {
   const CliRun r = mhcdiff("compare res.h5:hf policy:exact --inputs in.h5 --min-survivor-frac 1");
   expect_verdict_matches(r);
@@ -161,7 +188,9 @@ TEST_F(CliCompare, EachBadInputIsExitTwoWithOneMessage) {
   expect_input_error("compare policy:hf res.h5:exact", "pass --inputs");
   expect_input_error("compare fwd.h5:exact res.h5:exact", "grad_x is in res.h5:/results/exact but not in "
                                                           "fwd.h5:/results/exact");
-  expect_input_error("compare res.h5:exact fwd.h5:exact", "present on one side only is an input error");
+  // Either way round, the message names the subset both sides hold (the candidate-only direction used not to).
+  expect_input_error("compare res.h5:exact fwd.h5:exact", "present on one side only is an input error, not a pass "
+                                                          "(compare a subset with --tensors out)");
   expect_input_error("compare res.h5:hf res.h5:exact --tensors out,weights", "'weights'");
   expect_input_error("compare fwd.h5:hf fwd.h5:exact --tensors grad_x", "grad_x is not in fwd.h5:/results/hf-bf16");
   expect_input_error("compare res.h5:hf res.h5:exact --min-survivor-frac 0.5", "pass --inputs");
@@ -194,6 +223,8 @@ TEST_F(CliCompare, NonFiniteOrNegativeGateValuesAreExitTwo) {
   expect_input_error(base + "--relative-to fp32-seeded --factor inf --inputs in.h5", "--factor inf must be");
   expect_input_error(base + "--grad-rel-l2 nan", "--grad-rel-l2 nan");
   expect_input_error(base + "--grad-norm-max inf", "--grad-norm-max inf");
+  expect_input_error(base + "--rel-l2 -1", "--rel-l2 -1");
+  expect_input_error(base + "--norm-max nan", "--norm-max nan");
   expect_input_error(base + "--max-ulp -3", "--max-ulp -3 must be at least 0");
   // κ ≥ 1 for every element, so the census threshold K must be a finite number ≥ 1.
   expect_input_error(base + "--inputs in.h5 --census-threshold nan", "--census-threshold nan must be");
@@ -242,6 +273,12 @@ TEST_F(CliCompare, ResultsOfOtherInputsAreExitTwo) {
             0);
   expect_input_error("compare dump_other.h5:hf-bf16 res.h5:exact --tensors out", "different inputs");
   expect_input_error("golden check dump_other.h5:exact --golden golden_inputs.h5", "different inputs");
+  // A candidate without the gradients the golden file gates is refused as compare refuses a tensor on one side
+  // only, with the subset to check (it said only "grad_x is not in ...").
+  expect_input_error("golden check fwd.h5:exact --golden golden_inputs.h5",
+                     "golden_inputs.h5 gates grad_x, which is not in fwd.h5:/results/exact (it holds: out, out_f64): a "
+                     "gated tensor the candidate lacks is an input error, not a pass (check a subset with --tensors "
+                     "out)");
 }
 
 // --report must never replace a file the comparison reads.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -379,6 +380,23 @@ TEST_F(CompareReview, GivenGradientGatesReplaceTheGoldenLimits) {
   EXPECT_NE(given.out.find("FAIL out rel-l2"), std::string::npos) << given.out;
   EXPECT_EQ(gate_lines(given.out, "    FAIL norm-max ").size(), 1u) << given.out;  // out's; the gradients' are off
   EXPECT_EQ(gate_lines(given.out, "    pass norm-max ").size(), 0u) << given.out;
+}
+
+// golden check: --rel-l2 / --norm-max replace the stored limits of every tensor, out's included (which no option
+// could override before: the --grad-* options are for the gradients); a --grad-* option given too wins for those.
+TEST_F(CompareReview, GivenNormwiseGatesReplaceOutsGoldenLimits) {
+  const std::string check = "golden check policy:hf --golden golden.h5 --tensors out,grad_x ";
+  const CliResult r = run_cli(*dir, check + "--rel-l2 1 --grad-rel-l2 0 --norm-max off");
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("pass rel-l2             rel_l2 ‖C−R‖/‖R‖ 0.003308 ≤ 1 allowed  [--rel-l2]"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("FAIL grad_x rel-l2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("> 0 allowed  [--grad-rel-l2]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("norm-max"), std::string::npos) << r.out;  // off for both tensors
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)  // no stored rel-l2 limit is left
+    EXPECT_FALSE(line.find("rel-l2") != std::string::npos && line.find("[golden") != std::string::npos) << line;
 }
 
 TEST_F(CompareReview, GoldenFilesCarryTheInputsProvenanceAndCheckThreads) {

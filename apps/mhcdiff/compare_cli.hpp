@@ -33,7 +33,8 @@ struct CompareCliOptions {
   std::optional<double> max_mismatch_frac;
   std::optional<std::string> max_ulp;
   std::optional<double> rtol, atol;
-  std::optional<std::string> grad_rel_l2, grad_norm_max;  // not given: the defaults (kDefaultGrad*)
+  std::optional<std::string> rel_l2, norm_max;            // every tensor (grad_*: unless --grad-* is given)
+  std::optional<std::string> grad_rel_l2, grad_norm_max;  // neither given: the defaults (kDefaultGrad*)
   std::optional<double> min_survivor_frac;
   double census_threshold = metrics::kDefaultCensusThreshold;
   std::string relative_to;
@@ -68,6 +69,14 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   auto* atol = cmd->add_option("--atol", o.atol, "absolute part of the torch-style tolerance")->group(g);
   rtol->needs(atol);
   atol->needs(rtol);
+  cmd->add_option("--rel-l2", o.rel_l2,
+                  "every tensor: ||C-R||/||R|| at most this ('off' to disable; grad_* tensors: --grad-rel-l2 wins)")
+      ->type_name("X|off")
+      ->group(g);
+  cmd->add_option("--norm-max", o.norm_max,
+                  "every tensor: max|C-R|/max|R| at most this ('off' to disable; grad_* tensors: --grad-norm-max wins)")
+      ->type_name("X|off")
+      ->group(g);
   cmd->add_option("--grad-rel-l2", o.grad_rel_l2,
                   fmt::format("grad_* tensors: ||C-R||/||R|| at most this (default {}; 'off' to disable)",
                               compare::kDefaultGradRelL2))
@@ -138,6 +147,26 @@ inline std::optional<double> parse_optional_limit(const std::string& option, con
   throw InputError(fmt::format("{} {}: expected a finite non-negative number or 'off'", option, text));
 }
 
+// A normwise gate (rel-l2 or norm-max) from its two options: the one for every tensor sets out's limit and, unless
+// the grad_* option is given, the gradients'; neither given, the gradients keep SPEC §5's default and out has none.
+struct LimitOption {
+  const std::optional<std::string>& text;
+  const char* name;
+};
+inline void set_normwise_gate(LimitOption every, LimitOption grad, double grad_default,
+                              std::optional<compare::Threshold> compare::Thresholds::*field, compare::GateConfig& g,
+                              bool& out_given, bool& grad_given) {
+  const auto limit = [](LimitOption o) -> std::optional<compare::Threshold> {
+    if (auto v = parse_optional_limit(o.name, *o.text)) return compare::Threshold{*v, o.name};
+    return std::nullopt;
+  };
+  if (every.text) g.out_tensors.*field = limit(every);
+  g.grad_tensors.*field = grad.text    ? limit(grad)
+                          : every.text ? g.out_tensors.*field
+                                       : compare::Threshold{grad_default, fmt::format("{} (default)", grad.name)};
+  out_given = every.text.has_value();
+  grad_given = grad.text || every.text;
+}
 
 inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   compare::CompareOptions c;
@@ -151,20 +180,10 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   c.read = o.read.options();
   compare::GateConfig& g = c.gates;
   g = compare::GateConfig{};
-  if (o.grad_rel_l2) {
-    if (auto v = parse_optional_limit("--grad-rel-l2", *o.grad_rel_l2))
-      g.grad_tensors.rel_l2 = compare::Threshold{*v, "--grad-rel-l2"};
-  } else {
-    g.grad_tensors.rel_l2 = compare::Threshold{compare::kDefaultGradRelL2, "--grad-rel-l2 (default)"};
-  }
-  if (o.grad_norm_max) {
-    if (auto v = parse_optional_limit("--grad-norm-max", *o.grad_norm_max))
-      g.grad_tensors.norm_max = compare::Threshold{*v, "--grad-norm-max"};
-  } else {
-    g.grad_tensors.norm_max = compare::Threshold{compare::kDefaultGradNormMax, "--grad-norm-max (default)"};
-  }
-  g.grad_rel_l2_given = o.grad_rel_l2.has_value();
-  g.grad_norm_max_given = o.grad_norm_max.has_value();
+  set_normwise_gate({o.rel_l2, "--rel-l2"}, {o.grad_rel_l2, "--grad-rel-l2"}, compare::kDefaultGradRelL2,
+                    &compare::Thresholds::rel_l2, g, g.out_rel_l2_given, g.grad_rel_l2_given);
+  set_normwise_gate({o.norm_max, "--norm-max"}, {o.grad_norm_max, "--grad-norm-max"}, compare::kDefaultGradNormMax,
+                    &compare::Thresholds::norm_max, g, g.out_norm_max_given, g.grad_norm_max_given);
   compare::Thresholds& all = g.every_tensor;
   if (o.max_mismatch)
     all.max_mismatch = compare::Threshold::whole_number(parse_whole_number("--max-mismatch", *o.max_mismatch),

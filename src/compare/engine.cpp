@@ -166,6 +166,14 @@ bool holds(const Side& s, const std::string& name) {
   return std::find(s.tensors.begin(), s.tensors.end(), name) != s.tensors.end();
 }
 
+// The names of `wanted` that `side` holds, in wanted's order.
+std::vector<std::string> held_of(const std::vector<std::string>& wanted, const Side& side) {
+  std::vector<std::string> v;
+  for (const auto& t : wanted)
+    if (holds(side, t)) v.push_back(t);
+  return v;
+}
+
 // Which tensors to compare (SPEC §5: matched by name; one side only is an input error, never a silent pass).
 std::vector<std::string> select_tensors(const CompareOptions& opt, const Side& cand, const Side& ref) {
   std::vector<std::string> chosen;
@@ -174,44 +182,45 @@ std::vector<std::string> select_tensors(const CompareOptions& opt, const Side& c
       if (!is_known_tensor(name))
         throw InputError(fmt::format("--tensors names '{}', which is not a tensor mhcdiff compares ({} and their "
                                      "_f64 twins)", name, join_names(primary_tensors())));
-      for (const Side* s : {&cand, &ref})
-        if (!holds(*s, name))
-          throw InputError(fmt::format("{} is not in {} (it holds: {})", name, s->label(), join_names(s->tensors)));
+      for (const Side* s : {&cand, &ref}) {
+        if (holds(*s, name)) continue;
+        // golden check chose the tensors: worded as compare words a tensor on one side only, with the subset both
+        // hold (a candidate lacking a gated tensor fails the check for it; it does not pass on the rest).
+        const std::vector<std::string> both = held_of(held_of(opt.tensors, cand), ref);
+        if (!opt.tensors_gated_by.empty() && s == &cand)
+          throw InputError(fmt::format("{} gates {}, which is not in {} (it holds: {}): a gated tensor the candidate "
+                                       "lacks is an input error, not a pass{}",
+                                       opt.tensors_gated_by, name, s->label(), join_names(s->tensors),
+                                       both.empty() ? "" : fmt::format(" (check a subset with --tensors {})",
+                                                                       join_names(both))));
+        throw InputError(fmt::format("{} is not in {} (it holds: {})", name, s->label(), join_names(s->tensors)));
+      }
       if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) chosen.push_back(name);
     }
     return chosen;
   }
-  auto primaries = [](const Side& s) {
-    std::vector<std::string> v;
-    for (const auto& t : primary_tensors())
-      if (holds(s, t)) v.push_back(t);
-    return v;
-  };
-  const std::vector<std::string> c = primaries(cand), r = primaries(ref);
+  const std::vector<std::string> c = held_of(primary_tensors(), cand), r = held_of(primary_tensors(), ref);
   // A computed side adapts to a file side: it can produce whatever its inputs allow.
   const Side* fixed = !cand.spec.is_policy ? &cand : !ref.spec.is_policy ? &ref : nullptr;
   if (fixed == nullptr) return c;
   const Side* other = fixed == &cand ? &ref : &cand;
   const std::vector<std::string>& fixed_set = fixed == &cand ? c : r;
   const std::vector<std::string>& other_set = fixed == &cand ? r : c;
+  const auto one_side_only = [&](const std::string& name, const Side& in, const Side& not_in) {
+    const std::vector<std::string> both = held_of(held_of(primary_tensors(), cand), ref);
+    return InputError(fmt::format("{} is in {} but not in {}: a tensor present on one side only is an input error, "
+                                  "not a pass{}",
+                                  name, in.label(), not_in.label(),
+                                  both.empty() ? "" : fmt::format(" (compare a subset with --tensors {})",
+                                                                  join_names(both))));
+  };
   for (const auto& name : fixed_set)
     if (std::find(other_set.begin(), other_set.end(), name) == other_set.end())
-      throw InputError(fmt::format("{} is in {} but not in {}: a tensor present on one side only is an input error, "
-                                   "not a pass (compare a subset with --tensors {})",
-                                   name, fixed->label(), other->label(),
-                                   join_names([&] {
-                                     std::vector<std::string> both;
-                                     for (const auto& t : fixed_set)
-                                       if (std::find(other_set.begin(), other_set.end(), t) != other_set.end())
-                                         both.push_back(t);
-                                     return both;
-                                   }())));
+      throw one_side_only(name, *fixed, *other);
   if (!other->spec.is_policy)
     for (const auto& name : other_set)
       if (std::find(fixed_set.begin(), fixed_set.end(), name) == fixed_set.end())
-        throw InputError(fmt::format("{} is in {} but not in {}: a tensor present on one side only is an input "
-                                     "error, not a pass (compare a subset with --tensors)",
-                                     name, other->label(), fixed->label()));
+        throw one_side_only(name, *other, *fixed);
   if (fixed_set.empty())
     throw InputError(fmt::format("{} holds none of the tensors mhcdiff compares ({})", fixed->label(),
                                  join_names(primary_tensors())));

@@ -34,6 +34,7 @@ struct CompareOptions {
   std::string reference;
   std::string inputs;                 // --inputs (required by policy: sides, census and --relative-to)
   std::vector<std::string> tensors;   // --tensors; empty: every primary tensor (both sides must hold the same set)
+  std::string tensors_gated_by;       // golden check without --tensors: the golden file whose limits chose them
   GateConfig gates = default_gates();
   int top_k = 10;
   double census_threshold = metrics::kDefaultCensusThreshold;

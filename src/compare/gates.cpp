@@ -41,14 +41,14 @@ bool is_grad_tensor(const std::string& tensor) { return tensor.rfind("grad_", 0)
 
 Thresholds GateConfig::for_tensor(const std::string& tensor) const {
   Thresholds t;
-  if (is_grad_tensor(tensor)) t.overlay(grad_tensors);
+  t.overlay(is_grad_tensor(tensor) ? grad_tensors : out_tensors);
   t.overlay(every_tensor);
   if (auto it = per_tensor.find(tensor); it != per_tensor.end()) t.overlay(it->second);
   return t;
 }
 
 bool GateConfig::needs_census() const {
-  if (every_tensor.min_survivor_frac || grad_tensors.min_survivor_frac) return true;
+  if (every_tensor.min_survivor_frac || grad_tensors.min_survivor_frac || out_tensors.min_survivor_frac) return true;
   for (const auto& [name, t] : per_tensor)
     if (t.min_survivor_frac) return true;
   return false;
@@ -77,6 +77,7 @@ void validate_gates(const GateConfig& gates, double census_threshold) {
   };
   check_all(gates.every_tensor);
   check_all(gates.grad_tensors);
+  check_all(gates.out_tensors);
   for (const auto& [tensor, th] : gates.per_tensor) check_all(th);
   if (!gates.relative_to.empty() && !(std::isfinite(gates.relative_factor) && gates.relative_factor > 0))
     throw InputError(fmt::format("--factor {} must be a finite number > 0", gates.relative_factor));

@@ -60,11 +60,16 @@ bool is_grad_tensor(const std::string& tensor);
 
 struct GateConfig {
   Thresholds every_tensor;                       // --max-mismatch, --max-ulp, --rtol/--atol, ...
-  Thresholds grad_tensors;                       // --grad-rel-l2 / --grad-norm-max (defaults above)
-  // Whether --grad-rel-l2 / --grad-norm-max were given rather than defaulted: golden check then lets them (a
-  // limit, or 'off' as an empty grad_tensors field) replace the golden file's limits for the grad_* tensors.
+  // The normwise gates: --rel-l2 / --norm-max set both groups, --grad-rel-l2 / --grad-norm-max the grad_* one (which
+  // alone has defaults, above). Every tensor is in exactly one group: out and out_f64, or a grad_* tensor.
+  Thresholds grad_tensors;
+  Thresholds out_tensors;
+  // Whether a group's limit was given (by either option) rather than defaulted or absent: golden check then lets it
+  // (a limit, or 'off' as an empty field) replace the golden file's limit for that group's tensors.
   bool grad_rel_l2_given = false;
   bool grad_norm_max_given = false;
+  bool out_rel_l2_given = false;
+  bool out_norm_max_given = false;
   std::map<std::string, Thresholds> per_tensor;  // golden tolerances
   std::string relative_to;                       // --relative-to POLICY ("" none)
   double relative_factor = 1.0;                  // --factor k

@@ -305,13 +305,14 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
     th.max_mismatch_frac = Threshold{t.max_mismatch_frac, origin};
     th.rel_l2 = Threshold{t.rel_l2, origin};
     th.norm_max = Threshold{t.norm_max, origin};
-    // Options given on the command line still win over the stored values: those for every tensor, and for the
-    // grad_* tensors --grad-rel-l2 / --grad-norm-max when given (their defaults do not replace a stored limit;
-    // 'off' removes it).
-    if (is_grad_tensor(t.tensor)) {
-      if (opt.gates.grad_rel_l2_given) th.rel_l2 = opt.gates.grad_tensors.rel_l2;
-      if (opt.gates.grad_norm_max_given) th.norm_max = opt.gates.grad_tensors.norm_max;
-    }
+    // Options given on the command line still win over the stored values: those for every tensor, and the normwise
+    // limits of the tensor's group when given (--rel-l2 / --norm-max, or --grad-rel-l2 / --grad-norm-max for the
+    // grad_* tensors; their defaults do not replace a stored limit; 'off' removes it).
+    const GateConfig& g = opt.gates;
+    const bool grad = is_grad_tensor(t.tensor);
+    if (grad ? g.grad_rel_l2_given : g.out_rel_l2_given) th.rel_l2 = (grad ? g.grad_tensors : g.out_tensors).rel_l2;
+    if (grad ? g.grad_norm_max_given : g.out_norm_max_given)
+      th.norm_max = (grad ? g.grad_tensors : g.out_tensors).norm_max;
     th.overlay(opt.gates.every_tensor);
     opt.gates.per_tensor[t.tensor] = th;
     checked.push_back(t.tensor);
@@ -319,6 +320,7 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
   if (opt.tensors.empty()) {
     // Compare exactly the tensors the golden file holds tolerances for; a candidate lacking one is an error.
     opt.tensors = checked;
+    opt.tensors_gated_by = golden;
   } else {
     // A tensor chosen with --tensors that neither the golden file nor an option gates could not fail the check. (A
     // name that is no tensor at all is left to the comparison, which says so.)
