@@ -243,6 +243,32 @@ TEST_F(CliInvestigate, FingerprintAndExtractResolvePolicyAliasesAsCompareDoes) {
   EXPECT_EQ(mhcdiff("fingerprint " + path("in.h5") + " " + path("res.h5") + ":nosuch").code, 2);
 }
 
+// A dataset named by path that mhcdiff names as something else (an input, a gradient) is refused, although
+// residual and grad_residual have out's shape: both commands read them as forward outputs and reported on them.
+TEST_F(CliInvestigate, FingerprintAndExtractRefuseAnInputOrAGradientAsOut) {
+  ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 8,4,16 --seed 3 --grad -o " + path("g_in.h5")).code, 0);
+  ASSERT_EQ(mhcdiff("run " + path("g_in.h5") + " -o " + path("g_res.h5") + " --policies hf --backward --device cpu").code,
+            0);
+  const std::string res = path("g_res.h5");
+  Result r = mhcdiff_with_stderr("fingerprint " + path("g_in.h5") + " " + res + ":/inputs/residual");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(":/inputs/residual is an input of the operator, not a forward output"), std::string::npos)
+      << r.out;
+  r = mhcdiff_with_stderr("fingerprint " + path("g_in.h5") + " " + res + ":/results/hf-bf16/grad_residual");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a gradient, not a forward output: fingerprint and extract read out (e.g. " + res +
+                       ":/results/hf-bf16/out)"),
+            std::string::npos)
+      << r.out;
+  r = mhcdiff_with_stderr("extract " + res + ":/results/hf-bf16/grad_residual policy:exact --inputs " + path("g_in.h5") +
+                          " --worst 2 -o " + path("g_repro.h5"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a gradient, not a forward output"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(path("g_repro.h5")));
+  // The forward output of the same group, named by path, is still taken.
+  EXPECT_EQ(mhcdiff("fingerprint " + path("g_in.h5") + " " + res + ":/results/hf-bf16/out").code, 0);
+}
+
 // A side computed from other inputs (its input_checksum provenance) makes no repro: exit 2, nothing written.
 TEST_F(CliInvestigate, ExtractRefusesResultsOfOtherInputs) {
   ASSERT_EQ(mhcdiff("gen --preset cancellation --shape 64,4,257 --seed 8 -o " + path("other8.h5")).code, 0);

@@ -151,6 +151,23 @@ TEST(Explain, AnExactZeroIsNotCalledACancellationCase) {
   EXPECT_NE(seed.find("(a cancellation case: κ ≥ 256)"), std::string::npos) << seed;
 }
 
+// Either zero is the correct rounding of an exact zero, as compare's not_correctly_rounded counts values: HF's sum
+// starts from +0, so all −0 terms give +0 where the exact sum is −0. explain called that "0 ULP of the truth (NOT
+// correctly rounded)" while compare said 0 not correctly rounded for the same element.
+TEST(Explain, EitherZeroIsTheCorrectRoundingOfAnExactZero) {
+  ElementInputs e = seed_example_ho0();
+  e.p = 1.0f;
+  e.x = e.r[0] = e.r[1] = -0.0f;
+  const Explanation ex = explain_element(e, {0, 0, 0}, builtin_policies());
+  EXPECT_EQ(ex.exact_bf16, 0x8000);
+  const PolicyTrace& hf = trace_of(ex, "hf-bf16");
+  EXPECT_EQ(hf.out, 0x0000);
+  EXPECT_TRUE(hf.correctly_rounded);
+  EXPECT_EQ(hf.error_ulps, 0.0);
+  EXPECT_EQ(trace_of(ex, "fp32-seeded").out, 0x8000);
+  EXPECT_TRUE(trace_of(ex, "fp32-seeded").correctly_rounded);
+}
+
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
   const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
   const std::string j = format_explanation_json(e);

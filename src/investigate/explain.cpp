@@ -144,7 +144,9 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
       }
     }
     const double y = bf16_to_float(t.out);
-    t.correctly_rounded = t.out == e.exact_bf16 || (bf16_is_nan(t.out) && bf16_is_nan(e.exact_bf16));
+    // Values, as compare's not_correctly_rounded counts them (docs/metrics.md): either zero is the correct rounding
+    // of an exact 0 (compare reports ±0 pairs on their own); NaN is correct for a NaN truth.
+    t.correctly_rounded = y == bf16_to_float(e.exact_bf16) || (bf16_is_nan(t.out) && bf16_is_nan(e.exact_bf16));
     // Against a non-finite value (or giving one) an error is 0 when the bits agree, else infinitely many ULP (as
     // compare counts NaN and Inf, SPEC §5); inf − inf would say NaN.
     if (!std::isfinite(y) || !std::isfinite(e.exact_rn64))

@@ -14,6 +14,22 @@
 
 namespace mhc::investigate {
 
+namespace {
+
+// A dataset named by path may be any candidate output (an engine's dump names its own), but not one that mhcdiff
+// itself names as something else: an input of the operator or a gradient has out's shape where H·D = D·H, and
+// was read as a forward output without a word.
+void refuse_other_tensor(const std::string& path, const std::string& dataset) {
+  const std::string name = dataset.substr(dataset.rfind('/') + 1);
+  const bool input = dataset.rfind("/inputs/", 0) == 0;
+  if (!input && name.rfind("grad_", 0) != 0) return;
+  throw InputError(fmt::format("{}:{} is {}, not a forward output: fingerprint and extract read out (e.g. {}:{})",
+                               path, dataset, input ? "an input of the operator" : "a gradient", path,
+                               input ? "/results/NAME/out" : dataset.substr(0, dataset.rfind('/')) + "/out"));
+}
+
+}  // namespace
+
 OutSource resolve_out_source(const std::string& text, const std::vector<Policy>& user_policies) {
   OutSource src;
   src.text = text;
@@ -52,6 +68,7 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
       suffix = "/results/" + suffix;
     }
     if (file.exists(suffix)) {
+      refuse_other_tensor(path, suffix);
       src.label = suffix;
       return use(suffix);
     }
