@@ -168,6 +168,28 @@ TEST(Explain, EitherZeroIsTheCorrectRoundingOfAnExactZero) {
   EXPECT_TRUE(trace_of(ex, "fp32-seeded").correctly_rounded);
 }
 
+// The exact policy's t step shows RN64 of the exact sum with what that rounding dropped (it said "exact" beside
+// the rounded value), checked against the exact remainder: the terms of docs/investigate.md's cancellation
+// element sum to RN64 + lo with lo ≠ 0; the hand case below has lo = 2^-60 (1 + 2^-60 is not a binary64).
+TEST(Explain, TheExactSumStepShowsWhatItsBinary64RoundingDrops) {
+  ElementInputs e;
+  e.H = 1;
+  e.p = 1.0f;
+  e.x = 1.0f;
+  e.c[0] = 0x1p-30f;
+  e.r[0] = 0x1p-30f;  // 1 + 2^-60: RN64 is 1, 2^-60 dropped
+  const Explanation ex = explain_element(e, {0, 0, 0}, {find_policy("exact")});
+  const PolicyTrace& exact = trace_of(ex, "exact");
+  ASSERT_EQ(exact.steps.size(), 2u);
+  EXPECT_EQ(exact.steps[0].format, "fp64");
+  EXPECT_EQ(exact.steps[0].value, 1.0);
+  EXPECT_EQ(exact.steps[0].lost, 0x1p-60);
+  EXPECT_EQ(exact.steps[1].lost, 0x1p-60);  // RNb(1 + 2^-60) = 1
+  const std::string text = format_explanation_text(ex);
+  EXPECT_NE(text.find("RN64(p·x + Σ c_k·r_k)"), std::string::npos) << text;
+  EXPECT_NE(text.find("lost +8.674e-19"), std::string::npos) << text;  // 2^-60
+}
+
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
   const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
   const std::string j = format_explanation_json(e);

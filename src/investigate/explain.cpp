@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -115,7 +116,11 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
   if (!exact.certified) {
     exact = exact_sum_multiprecision(e.terms);
     e.exact_fallback = true;
-    exact_lo = 0.0;  // the fallback gives RN64 (and round-to-odd), enough for an error shown to 3 digits
+    // The fallback gives RN64 alone; what RN64 dropped is the exact sum of the terms and −RN64, rounded (shown
+    // to 4 digits as the t step's loss, and added to RN64 for the errors).
+    std::vector<double> remainder = e.terms;
+    remainder.push_back(-exact.rn64);
+    exact_lo = std::isfinite(exact.rn64) ? exact_sum_multiprecision(remainder).rn64 : 0.0;
   }
   e.exact_rn64 = exact.rn64;
   e.exact_bf16 = exact.bf16();
@@ -134,10 +139,13 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
       case Accumulator::fp64: t = trace_rounded<double>(p, in); break;
       case Accumulator::exact: {
         t.policy = p;
-        t.steps.push_back({"t", "p·x + Σ c_k·r_k  (exact, every product exact in binary64)", "exact", e.exact_rn64, 0.0});
+        // The exact sum is shown as its RN64 (binary64 bits), with what that rounding dropped as the step's loss:
+        // "exact" beside a rounded value read as though nothing had been lost.
+        t.steps.push_back({"t", "RN64(p·x + Σ c_k·r_k)  (of the exact sum)", "fp64", e.exact_rn64,
+                           std::isfinite(e.exact_rn64) ? exact_lo : 0.0});
         t.out = e.exact_bf16;
-        t.steps.push_back({"out", "RNb(t)  (rounded once from the exact value)", "bf16", double(bf16_to_float(t.out)),
-                           std::isfinite(e.exact_rn64) ? e.exact_rn64 + exact_lo - double(bf16_to_float(t.out)) : 0.0});
+        t.steps.push_back({"out", "RNb(p·x + Σ c_k·r_k)  (once, from the exact sum)", "bf16", double(bf16_to_float(t.out)),
+                           std::isfinite(e.exact_rn64) ? (e.exact_rn64 - double(bf16_to_float(t.out))) + exact_lo : 0.0});
         t.has_f64 = true;
         t.out_f64 = e.exact_rn64;
         break;
