@@ -139,6 +139,25 @@ TEST_F(CliInvestigate, ExplainPrintsEveryPolicyAndJsonParses) {
       << j.out;
 }
 
+// explain names each input by its index in the file: read with comb as dst,src, c_k of output stream ho is the
+// stored comb[s, ho, k] (it printed the logical comb[s, k, ho], which in that file holds another value). The same
+// stored element read either way prints with the same index and value.
+TEST_F(CliInvestigate, ExplainNamesCombByItsIndexInTheFile) {
+  const Result src_dst = mhcdiff("explain " + path("in.h5") + " --at 3,0,17 --policies exact");
+  const Result dst_src = mhcdiff("explain " + path("in.h5") + " --at 3,1,17 --policies exact --comb-layout dst,src");
+  ASSERT_EQ(src_dst.code, 0);
+  ASSERT_EQ(dst_src.code, 0);
+  EXPECT_NE(dst_src.out.find("(H=4; comb stored dst,src)"), std::string::npos) << dst_src.out;
+  const auto line_of = [](const std::string& text, const std::string& start) {
+    const size_t at = text.find(start);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  // Default: c1 of stream 0 is comb[3,1,0]; dst,src: c0 of stream 1 is the same stored element.
+  const std::string stored = line_of(src_dst.out, "c1   = comb[3,1,0]");
+  ASSERT_FALSE(stored.empty()) << src_dst.out;
+  EXPECT_EQ(line_of(dst_src.out, "c0   = comb[3,1,0]").substr(4), stored.substr(4)) << dst_src.out;
+}
+
 TEST_F(CliInvestigate, ExplainRefusesBadIndicesWithExitCode2) {
   EXPECT_EQ(mhcdiff("explain " + path("in.h5") + " --at 64,0,0").code, 2);
   EXPECT_EQ(mhcdiff("explain " + path("in.h5") + " --at 0,4,0").code, 2);

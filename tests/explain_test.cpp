@@ -190,6 +190,16 @@ TEST(Explain, TheExactSumStepShowsWhatItsBinary64RoundingDrops) {
   EXPECT_NE(text.find("lost +8.674e-19"), std::string::npos) << text;  // 2^-60
 }
 
+// With stored batch dims the text names the token by its index in them (row-major), as the file stores it.
+TEST(Explain, TheTextNamesTheTokenByItsStoredBatchIndex) {
+  Explanation ex = explain_element(seed_example_ho0(), {9, 1, 5}, {find_policy("exact")});
+  ex.batch_dims = {2, 8};
+  const std::string text = format_explanation_text(ex);
+  EXPECT_NE(text.find("(H=2; token [1,1] of batch dims [2,8])"), std::string::npos) << text;
+  for (const char* where : {"post[1,1,1]", "x[1,1,5]", "comb[1,1,0,1]", "comb[1,1,1,1]", "residual[1,1,0,5]"})
+    EXPECT_NE(text.find(where), std::string::npos) << where << "\n" << text;
+}
+
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
   const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
   const std::string j = format_explanation_json(e);

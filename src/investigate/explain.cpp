@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "investigate/json_text.hpp"
 #include "kernels/operator_math.hpp"
@@ -144,7 +145,7 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
         t.steps.push_back({"t", "RN64(p·x + Σ c_k·r_k)  (of the exact sum)", "fp64", e.exact_rn64,
                            std::isfinite(e.exact_rn64) ? exact_lo : 0.0});
         t.out = e.exact_bf16;
-        t.steps.push_back({"out", "RNb(p·x + Σ c_k·r_k)  (once, from the exact sum)", "bf16", double(bf16_to_float(t.out)),
+        t.steps.push_back({"out", "RNb(p·x + Σ c_k·r_k)  (rounded once)", "bf16", double(bf16_to_float(t.out)),
                            std::isfinite(e.exact_rn64) ? (e.exact_rn64 - double(bf16_to_float(t.out))) + exact_lo : 0.0});
         t.has_f64 = true;
         t.out_f64 = e.exact_rn64;
@@ -196,15 +197,29 @@ std::string census_note(const Explanation& e) {
 
 std::string format_explanation_text(const Explanation& e) {
   const ElementInputs& in = e.in;
-  std::string out = fmt::format("element s={} ho={} d={}  (H={})\n\ninputs\n", e.at.s, e.at.ho, e.at.d, in.H);
+  // The token's index in the file: s itself, or s unravelled over the stored batch dims (row-major).
+  std::vector<int64_t> token(e.batch_dims.size());
+  for (int64_t rest = e.at.s, i = int64_t(token.size()) - 1; i >= 0; --i) {
+    token[size_t(i)] = rest % e.batch_dims[size_t(i)];
+    rest /= e.batch_dims[size_t(i)];
+  }
+  const std::string tok = token.empty() ? fmt::format("{}", e.at.s) : fmt::format("{}", fmt::join(token, ","));
+  std::string out = fmt::format("element s={} ho={} d={}  (H={}{}{})\n\ninputs  (indices as stored in the file)\n",
+                                e.at.s, e.at.ho, e.at.d, in.H,
+                                token.empty() ? "" : fmt::format("; token [{}] of batch dims [{}]", tok,
+                                                                 fmt::join(e.batch_dims, ",")),
+                                e.comb_dst_src ? "; comb stored dst,src" : "");
   auto input_line = [&](const std::string& name, const std::string& where, const char* format, double v) {
     out += fmt::format("  {:<4} = {:<22} = {:<16} {} {}\n", name, where, value_text(format, v), format, hex_bits(format, v));
   };
-  input_line("p", fmt::format("post[{},{}]", e.at.s, e.at.ho), "fp32", in.p);
-  input_line("x", fmt::format("x[{},{}]", e.at.s, e.at.d), "bf16", in.x);
-  for (int k = 0; k < in.H; ++k) input_line(fmt::format("c{}", k), fmt::format("comb[{},{},{}]", e.at.s, k, e.at.ho), "fp32", in.c[k]);
+  input_line("p", fmt::format("post[{},{}]", tok, e.at.ho), "fp32", in.p);
+  input_line("x", fmt::format("x[{},{}]", tok, e.at.d), "bf16", in.x);
   for (int k = 0; k < in.H; ++k)
-    input_line(fmt::format("r{}", k), fmt::format("residual[{},{},{}]", e.at.s, k, e.at.d), "bf16", in.r[k]);
+    input_line(fmt::format("c{}", k),
+               e.comb_dst_src ? fmt::format("comb[{},{},{}]", tok, e.at.ho, k) : fmt::format("comb[{},{},{}]", tok, k, e.at.ho),
+               "fp32", in.c[k]);
+  for (int k = 0; k < in.H; ++k)
+    input_line(fmt::format("r{}", k), fmt::format("residual[{},{},{}]", tok, k, e.at.d), "bf16", in.r[k]);
 
   out += "\nexact\n";
   out += fmt::format("  terms: p·x = {}", e.terms[0]);

@@ -47,6 +47,10 @@ struct Explanation {
   bool exact_fallback = false;   // the certified fast path could not prove it; multiprecision was used
   double kappa = 0.0;            // (|p·x| + Σ|c_k·r_k|) / |exact|; inf when the exact value is 0
   std::vector<PolicyTrace> policies;
+  // Where the inputs were read from, so that the text names each value by its index in the file: the leading dims
+  // as stored (s is the flat token index over them; empty: [S, ...]) and whether comb is stored [.., dst, src].
+  std::vector<int64_t> batch_dims;
+  bool comb_dst_src = false;
 };
 
 Explanation explain_element(const ElementInputs& in, const ElementAt& at, const std::vector<Policy>& policies);

@@ -207,7 +207,10 @@ Explanation explain_file(const std::string& inputs_path, const ElementAt& at, co
     throw InputError(fmt::format("--at {},{},{} is outside the inputs of {} (S={}, H={}, D={})", at.s, at.ho, at.d,
                                  inputs_path, sh.S, sh.H, sh.D));
   const Inputs token = reader.read_slab(at.s, 1);
-  return explain_element(element_inputs(token.view(), 0, static_cast<int>(at.ho), at.d), at, policies);
+  Explanation e = explain_element(element_inputs(token.view(), 0, static_cast<int>(at.ho), at.d), at, policies);
+  if (reader.batch_dims().size() > 1) e.batch_dims = reader.batch_dims();
+  e.comb_dst_src = reader.comb_layout() == io::CombLayout::dst_src;
+  return e;
 }
 
 }  // namespace mhc::investigate
