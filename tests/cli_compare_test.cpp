@@ -183,7 +183,8 @@ TEST_F(CliCompare, EachBadInputIsExitTwoWithOneMessage) {
   expect_input_error("compare missing.h5 res.h5:exact", "missing.h5: no such file");
   expect_input_error("compare exact res.h5:exact", "write policy:exact");
   expect_input_error("compare res.h5:nosuch res.h5:exact", "has no results group 'nosuch'");
-  expect_input_error("compare res.h5 res.h5:exact", "holds 6 results groups");
+  expect_input_error("compare res.h5 res.h5:exact", "holds 6 results groups (exact, fp32-mixfirst, fp32-seeded, "
+                                                   "fp32-seeded-fma, fp64, hf-bf16); name one, e.g. res.h5:exact");
   expect_input_error("compare policy:nosuch res.h5:exact --inputs in.h5", "policy:nosuch");
   expect_input_error("compare policy:hf res.h5:exact", "pass --inputs");
   expect_input_error("compare fwd.h5:exact res.h5:exact", "grad_x is in res.h5:/results/exact but not in "

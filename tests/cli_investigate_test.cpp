@@ -260,6 +260,13 @@ TEST_F(CliInvestigate, FingerprintAndExtractResolvePolicyAliasesAsCompareDoes) {
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_NE(x.out.find("(/results/hf-bf16 vs /results/exact)"), std::string::npos) << x.out;
   EXPECT_EQ(mhcdiff("fingerprint " + path("in.h5") + " " + path("res.h5") + ":nosuch").code, 2);
+  // A file of several results is refused in compare's words, with the short form that both accept.
+  const Result several = mhcdiff_with_stderr("fingerprint " + path("in.h5") + " " + path("res.h5"));
+  EXPECT_EQ(several.code, 2);
+  EXPECT_NE(several.out.find("res.h5 holds 3 results groups (exact, fp32-seeded-fma, hf-bf16); name one, e.g. " +
+                             path("res.h5") + ":exact"),
+            std::string::npos)
+      << several.out;
 }
 
 // A dataset named by path that mhcdiff names as something else (an input, a gradient) is refused, although

@@ -720,6 +720,18 @@ TEST_F(CliIo, FailedRunLeavesExistingOutputUntouched) {
   EXPECT_EQ(read_file_bytes(dir.file("res.h5")), before);
 }
 
+// Without --shape each preset gets a shape it is defined for: seed-example's default is H = 2 (the one default
+// 16,4,64 made 'gen --preset seed-example' refuse a --shape it was never given).
+TEST_F(CliIo, GenWithoutAShapeMakesEveryPreset) {
+  for (const char* preset : {"seed-example", "randn", "realistic", "cancellation"}) {
+    const CliResult g = run_cli(dir, std::string("gen --preset ") + preset + " -o default.h5");
+    ASSERT_EQ(g.exit_code, 0) << preset << ": " << g.err;
+    EXPECT_NE(g.err.find(std::string("S=16, H=") + (std::string(preset) == "seed-example" ? "2" : "4") + ", D=64"),
+              std::string::npos)
+        << g.err;
+  }
+}
+
 TEST_F(CliIo, GenRefusesImpossibleShapes) {
   expect_refused("gen --preset seed-example --shape 4,3,8 -o s.h5", {"seed-example", "H=2"});
   expect_refused("gen --preset randn --shape 4,17,8 -o s.h5", {"4,17,8"});

@@ -109,6 +109,27 @@ TEST(Store, ReadsFloat32AndFloat64HoldingExactBf16Values) {
   expect_same_inputs(r, io::read_inputs(dir.file("in.h5")), true);
 }
 
+// A float32 result read as bf16 (a candidate out) names a value that is not bf16 by its own index, as the input
+// checks do: it said "element 3585".
+TEST(Store, AFloat32ResultThatIsNotBf16IsNamedByItsIndex) {
+  TempDir dir;
+  std::vector<float> out(4 * 4 * 8, 1.0f);
+  out[(3 * 4 + 2) * 8 + 1] = 0.1f;
+  {
+    RawFile f(dir.file("c.h5"));
+    f.f32("/results/k/out", {4, 4, 8}, out);
+  }
+  std::vector<uint16_t> bits(out.size());
+  try {
+    io::TensorFile(dir.file("c.h5")).read_bf16("/results/k/out", 0, int64_t(out.size()), bits.data());
+    FAIL() << "0.1 read as a bf16 value";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("element [3,2,1] (0.10000000149011612) is not a bfloat16 value"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Store, RefusesFloat32ThatIsNotBf16UnlessRoundingIsAllowed) {
   TempDir dir;
   RawInputs r = random_inputs(2, 1, 4, 4);

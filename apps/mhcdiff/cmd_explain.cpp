@@ -19,7 +19,9 @@ void add_explain_command(CLI::App& app, CommandContext&) {
   CLI::App* cmd = app.add_subcommand("explain", "trace one output element through every policy, rounding step by step");
   cmd->add_option("input", args->input, "input file (mhcdiff/1, /inputs group)")->required();
   cmd->add_option("--at", args->at, "the element: s,ho,d (token, output stream, hidden index)")->required();
-  cmd->add_option("--policies", args->policies, "comma-separated policies/aliases; all = every built-in (all,mine adds a --policy-file policy)")->capture_default_str();
+  cmd->add_option("--policies", args->policies,
+                  "comma-separated policies/aliases; all = every built-in (a --policy-file policy always runs "
+                  "too; name it to set its place)")->capture_default_str();
   cmd->add_option("--policy-file", args->policy_files, "a user policy (docs/policy-file.md); repeatable");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   add_input_read_options(cmd, args->read);

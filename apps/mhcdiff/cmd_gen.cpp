@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,7 +15,8 @@
 namespace mhc::cli {
 void add_gen_command(CLI::App& app, CommandContext&) {
   struct Args {
-    std::string preset = "randn", shape = "16,4,64", output;
+    std::string preset = "randn", output;
+    std::optional<std::string> shape;  // not given: 16,4,64, or 16,2,64 for seed-example (defined for H = 2 only)
     uint64_t seed = 0;
     bool grad = false;
     int compress = 0;
@@ -22,7 +25,8 @@ void add_gen_command(CLI::App& app, CommandContext&) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("gen", "write a deterministic input file from a preset (SPEC §7)");
   cmd->add_option("--preset", args->preset, "seed-example | randn | realistic | cancellation")->capture_default_str();
-  cmd->add_option("--shape", args->shape, "S,H,D (tokens, streams 1..16, hidden size)")->capture_default_str();
+  cmd->add_option("--shape", args->shape,
+                  "S,H,D (tokens, streams 1..16, hidden size); default 16,4,64, for seed-example 16,2,64");
   cmd->add_option("--seed", args->seed, "seed of the counter-based generator")->check(seed_check())->capture_default_str();
   cmd->add_flag("--grad", args->grad, "also write /inputs/grad_out (needed by run --backward)");
   cmd->add_option("-o,--output", args->output, "output file (written atomically)")->required();
@@ -53,7 +57,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
                                      args->preset));
     gen::GenOptions o = args->knobs;
     o.preset = gen::parse_preset(args->preset);
-    o.shape = gen::parse_shape(args->shape);
+    o.shape = gen::parse_shape(args->shape.value_or(o.preset == gen::Preset::seed_example ? "16,2,64" : "16,4,64"));
     o.seed = args->seed;
     o.grad = args->grad;
     gen::write_generated(o, args->output, args->compress);

@@ -51,7 +51,9 @@ void add_run_command(CLI::App& app, CommandContext&) {
   cmd->add_option("input", args->o.input, "input file (mhcdiff/1, /inputs group)")->required();
   cmd->add_option("-o,--output", args->o.output, "results file (written atomically; must differ from the input)")
       ->required();
-  cmd->add_option("--policies", args->o.policies, "comma-separated policies/aliases; all = every built-in (all,mine adds a --policy-file policy)")
+  cmd->add_option("--policies", args->o.policies,
+                  "comma-separated policies/aliases; all = every built-in (a --policy-file policy always runs "
+                  "too; name it to set its place)")
       ->capture_default_str();
   cmd->add_option("--policy-file", args->o.policy_files, "a user policy (docs/policy-file.md); repeatable");
   cmd->add_option("--device", args->o.device, "auto | cpu | cuda")->capture_default_str();

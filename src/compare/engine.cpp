@@ -83,7 +83,8 @@ std::string resolve_group(const io::TensorFile& f, const SideSpec& spec) {
       throw InputError(fmt::format("{} holds no /results group and no /out dataset: there is nothing to compare "
                                    "(write results with `mhcdiff run`)", spec.path));
     }
-    throw InputError(fmt::format("{} holds {} results groups ({}); name one, e.g. {}:/results/{}", spec.path,
+    // Worded as fingerprint and extract word it (investigate::resolve_out_source).
+    throw InputError(fmt::format("{} holds {} results groups ({}); name one, e.g. {}:{}", spec.path,
                                  groups.size(), join_names(groups), spec.path, groups[0]));
   }
   std::string g = spec.group;

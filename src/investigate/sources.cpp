@@ -92,12 +92,11 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
     src.label = "out";
     return use("/out");
   }
-  std::string list;
-  for (const std::string& g : with_out) { list += list.empty() ? "" : ", "; list += g; }
+  // Worded as compare words it (compare::run_compare's group resolution).
   throw InputError(with_out.empty()
                        ? fmt::format("{} holds no /results/<name>/out dataset and no /out; expected a candidate output", path)
-                       : fmt::format("{} holds several results ({}); say which one, e.g. {}:{}", path, list, path,
-                                     with_out.front()));
+                       : fmt::format("{} holds {} results groups ({}); name one, e.g. {}:{}", path, with_out.size(),
+                                     fmt::join(with_out, ", "), path, with_out.front()));
 }
 
 int64_t slab_tokens(const Shape& shape) {
