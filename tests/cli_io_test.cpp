@@ -244,6 +244,8 @@ TEST_F(CliIo, AnUnknownOptionIsNamedBeforeAMissingArgument) {
 TEST_F(CliIo, QuietAndVerboseTogetherAreAUsageError) {
   expect_refused("-q run good.h5 -o out.h5 --policies hf -v", {"--quiet", "--verbose"});
   expect_refused("run good.h5 -o out.h5 --policies hf --verbose --quiet", {"--quiet", "--verbose"});
+  // They are mhcdiff's options, so the error points at mhcdiff --help (run --help does not list them).
+  expect_refused("-q -v info good.h5", {"--quiet excludes --verbose (mhcdiff --help)"});
 }
 
 // An output name the filesystem takes (up to 255 bytes) was refused from 236 bytes on: the temp file's name adds 20.

@@ -9,7 +9,7 @@ namespace mhc::cli {
 void add_info_command(CLI::App& app, CommandContext&) {
   auto path = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("info", "list the tensors, dtypes, shapes, policies and provenance of a file");
-  cmd->add_option("file", *path, "an mhcdiff/1 HDF5 file")->required();
+  cmd->add_option("file", *path, "an HDF5 file (mhcdiff/1 inputs and results in full; any other file's tree)")->required();
   cmd->callback([path] { io::write_stdout(io::describe_file(*path)); });
 }
 

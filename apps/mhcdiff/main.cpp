@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
           message = fmt::format("unknown option {}", arg);
           break;
         }
+    // -q with -v is mhcdiff's own option pair, listed by mhcdiff --help, not by the command's.
+    if (dynamic_cast<const CLI::ExcludesError*>(&e) && message.find("--quiet") != std::string::npos)
+      command = "mhcdiff ";
     spdlog::error("{} ({}--help)", mhc::report::one_line(message), command);
     return 2;
   } catch (const mhc::InputError& e) {
