@@ -179,6 +179,14 @@ TEST(Fingerprint, FindsEvenOddLaneMixture) {
   const Variant& odd = m.pick[1] ? m.b : m.a;
   EXPECT_EQ(preset_name(even), "fp32-seeded-fma");
   EXPECT_EQ(preset_name(odd), "fp32-seeded");
+  // Both outputs say a mixture matched (the text said "No lattice variant matches", the JSON only "matched": false).
+  EXPECT_TRUE(rep.mixture_matched());
+  const std::string text = format_fingerprint_text(rep);
+  EXPECT_NE(text.find("No single lattice variant matches bit-exactly; a two-variant mixture does (below)."),
+            std::string::npos)
+      << text;
+  const std::string json = format_fingerprint_json(rep, 5);
+  EXPECT_NE(json.find("\"matched\": false, \"mixture_matched\": true,"), std::string::npos) << json;
   // The pattern analysis must show that the best single variant's mismatches all sit on one parity.
   ASSERT_FALSE(rep.patterns.empty());
   const auto& parity = rep.patterns.front().by_d_mod.front();

@@ -51,8 +51,7 @@ void add_fingerprint_command(CLI::App& app, CommandContext& ctx) {
     const std::string out = args->format == "json" ? investigate::format_fingerprint_json(rep, args->top)
                                                    : investigate::format_fingerprint_text(rep, args->top);
     io::write_stdout(out);
-    const bool mixture = !rep.mixtures.empty() && rep.mixtures.front().mismatched == 0;
-    ctx.exit_code = rep.matched() || mixture ? 0 : 1;
+    ctx.exit_code = rep.matched() || rep.mixture_matched() ? 0 : 1;
   });
 }
 

@@ -378,7 +378,8 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
       for (size_t i = 1; i < r.exact_matches.size(); ++i) out += fmt::format("    {}\n", describe(r.exact_matches[i]));
     }
   } else {
-    out += "\nNo lattice variant matches bit-exactly.\n";
+    out += r.mixture_matched() ? "\nNo single lattice variant matches bit-exactly; a two-variant mixture does (below).\n"
+                               : "\nNo lattice variant matches bit-exactly, nor a two-variant mixture of them.\n";
   }
   out += "\nrank  mismatched        fraction   first at      variant\n";
   int shown = 0;
@@ -429,7 +430,8 @@ std::string format_fingerprint_json(const FingerprintReport& r, int top) {
   out += fmt::format("  \"shape\": {{\"S\": {}, \"H\": {}, \"D\": {}}},\n", r.shape.S, r.shape.H, r.shape.D);
   out += fmt::format("  \"lattice_size\": {}, \"sampled_tokens\": {}, \"sampled_elements\": {},\n", r.lattice_size,
                      r.sampled_tokens, r.sampled_elements);
-  out += fmt::format("  \"matched\": {},\n  \"exact_matches\": [", boolean(r.matched()));
+  out += fmt::format("  \"matched\": {}, \"mixture_matched\": {},\n  \"exact_matches\": [", boolean(r.matched()),
+                     boolean(r.mixture_matched()));
   for (size_t i = 0; i < r.exact_matches.size(); ++i) { out += i ? ", " : ""; out += variant_obj(r.exact_matches[i]); }
   out += "],\n  \"ranking\": [";
   int shown = 0;

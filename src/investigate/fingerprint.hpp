@@ -95,6 +95,9 @@ struct FingerprintReport {
   int64_t exact_fallbacks = 0;
 
   bool matched() const { return !exact_matches.empty(); }
+  // A two-variant mixture reproduces the candidate bit for bit (the best is listed first); the command exits 0
+  // when either this or matched() holds.
+  bool mixture_matched() const { return !mixtures.empty() && mixtures.front().mismatched == 0; }
 };
 
 FingerprintReport fingerprint(const Shape& shape, const SlabSource& source, const FingerprintOptions& options = {});
