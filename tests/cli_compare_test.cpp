@@ -112,31 +112,29 @@ TEST_F(CliCompare, DefaultGradientGatesApplyAndCanBeSwitchedOff) {
   EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
 }
 
-// --rel-l2 / --norm-max gate every tensor, out included (which has no default gate); for the gradients the
-// --grad-* option wins where both are given, and 'off' in --rel-l2 alone removes the gradients' default too.
-TEST_F(CliCompare, NormwiseGatesForEveryTensorReachOut) {
-  CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --rel-l2 0 --grad-rel-l2 1 --norm-max off --format json");
+// --out-rel-l2 / --out-norm-max gate out normwise as --grad-* gate the gradients; neither group's option touches the
+// other's limits (the gradients keep SPEC §5's defaults).
+TEST_F(CliCompare, OutNormwiseGatesLeaveTheGradientDefaults) {
+  CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --out-rel-l2 0 --format json");
   EXPECT_EQ(r.rc, 1) << r.err;
-  const std::string out_rel_l2 = "\"gate\": \"rel-l2\"";
-  size_t given = 0, grad = 0, at = 0;
-  while ((at = r.out.find(out_rel_l2, at)) != std::string::npos) {
+  size_t out_gate = 0, grad_default = 0, at = 0;
+  while ((at = r.out.find("\"gate\": \"rel-l2\"", at)) != std::string::npos) {
     const size_t origin = r.out.find("\"origin\": \"", at);
     ASSERT_NE(origin, std::string::npos) << r.out;
-    const std::string rest = r.out.substr(origin + 11, 20);
-    given += rest.rfind("--rel-l2\"", 0) == 0;
-    grad += rest.rfind("--grad-rel-l2\"", 0) == 0;
+    const std::string rest = r.out.substr(origin + 11, 26);
+    out_gate += rest.rfind("--out-rel-l2\"", 0) == 0;
+    grad_default += rest.rfind("--grad-rel-l2 (default)\"", 0) == 0;
     ++at;
   }
-  EXPECT_EQ(given, 1u) << r.out;  // out
-  EXPECT_EQ(grad, 4u) << r.out;   // the four gradients
-  EXPECT_EQ(r.out.find("\"gate\": \"norm-max\""), std::string::npos) << r.out;  // off for every tensor
-  r = mhcdiff("compare res.h5:hf res.h5:exact --rel-l2 off --norm-max off");
-  EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
-  r = mhcdiff("compare res.h5:hf res.h5:exact --tensors out --norm-max 0");
+  EXPECT_EQ(out_gate, 1u) << r.out;      // out
+  EXPECT_EQ(grad_default, 4u) << r.out;  // the four gradients, still at 5e-3
+  r = mhcdiff("compare res.h5:hf res.h5:exact --tensors out --out-norm-max 0");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("FAIL out norm-max"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("[--norm-max]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[--out-norm-max]"), std::string::npos) << r.out;
+  r = mhcdiff("compare res.h5:hf res.h5:exact --out-rel-l2 off --grad-rel-l2 off --grad-norm-max off");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("PASS: no gate applied"), std::string::npos) << r.out;
 }
 
 TEST_F(CliCompare, TruthAndCensusComeFromInputs) {
@@ -224,8 +222,8 @@ TEST_F(CliCompare, NonFiniteOrNegativeGateValuesAreExitTwo) {
   expect_input_error(base + "--relative-to fp32-seeded --factor inf --inputs in.h5", "--factor inf must be");
   expect_input_error(base + "--grad-rel-l2 nan", "--grad-rel-l2 nan");
   expect_input_error(base + "--grad-norm-max inf", "--grad-norm-max inf");
-  expect_input_error(base + "--rel-l2 -1", "--rel-l2 -1");
-  expect_input_error(base + "--norm-max nan", "--norm-max nan");
+  expect_input_error(base + "--out-rel-l2 -1", "--out-rel-l2 -1");
+  expect_input_error(base + "--out-norm-max nan", "--out-norm-max nan");
   expect_input_error(base + "--max-ulp -3", "--max-ulp -3 must be at least 0");
   // κ ≥ 1 for every element, so the census threshold K must be a finite number ≥ 1.
   expect_input_error(base + "--inputs in.h5 --census-threshold nan", "--census-threshold nan must be");

@@ -169,8 +169,8 @@ TEST(Explain, EitherZeroIsTheCorrectRoundingOfAnExactZero) {
 }
 
 // The exact policy's t step shows RN64 of the exact sum with what that rounding dropped (it said "exact" beside
-// the rounded value), checked against the exact remainder: the terms of docs/investigate.md's cancellation
-// element sum to RN64 + lo with lo ≠ 0; the hand case below has lo = 2^-60 (1 + 2^-60 is not a binary64).
+// the rounded value): 1 + 2^-60 is not a binary64, so RN64 is 1 and 2^-60 is dropped. The certified path gives
+// that; terms 2^-120 apart (beyond its window) take the multiprecision fallback, whose remainder is computed too.
 TEST(Explain, TheExactSumStepShowsWhatItsBinary64RoundingDrops) {
   ElementInputs e;
   e.H = 1;
@@ -188,6 +188,13 @@ TEST(Explain, TheExactSumStepShowsWhatItsBinary64RoundingDrops) {
   const std::string text = format_explanation_text(ex);
   EXPECT_NE(text.find("RN64(p·x + Σ c_k·r_k)"), std::string::npos) << text;
   EXPECT_NE(text.find("lost +8.674e-19"), std::string::npos) << text;  // 2^-60
+  e.c[0] = e.r[0] = 0x1p-60f;  // 1 + 2^-120
+  const Explanation far = explain_element(e, {0, 0, 0}, {find_policy("exact")});
+  EXPECT_TRUE(far.exact_fallback);
+  const PolicyTrace& fallback = trace_of(far, "exact");
+  EXPECT_EQ(fallback.steps[0].value, 1.0);
+  EXPECT_EQ(fallback.steps[0].lost, 0x1p-120);
+  EXPECT_EQ(fallback.steps[1].lost, 0x1p-120);
 }
 
 // With stored batch dims the text names the token by its index in them (row-major), as the file stores it.

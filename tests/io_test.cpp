@@ -194,6 +194,21 @@ TEST(Store, RoundingAFiniteValueToAnInfinityNeedsNonFiniteInputsAllowed) {
   EXPECT_EQ(census.inf_count, 1);
 }
 
+// An input error names the element by its index in the file, batch dims included: it printed the flat token
+// ("[5,3]" for x[1,2,3] of a [2,3,D] x), fewer indices than the dataset has.
+TEST(Store, AnInputErrorNamesTheElementByItsStoredIndex) {
+  TempDir dir;
+  RawInputs r = random_inputs(6, 2, 5, 5);
+  r.residual[size_t(((1 * 3 + 2) * 2 + 1) * 5 + 3)] = 0x7fc0;  // NaN at residual[1,2,1,3] of [2,3,2,5]
+  write_inputs(dir.file("in.h5"), r, {2, 3});
+  try {
+    io::InputReader(dir.file("in.h5")).read_slab(0, 6);
+    FAIL() << "a NaN input must be refused without --allow-nonfinite";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a NaN (first at element [1,2,1,3])"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Store, FlattensBatchDimsAndKeepsThemInResults) {
   TempDir dir;
   RawInputs r = random_inputs(6, 2, 5, 5);  // stored as [2,3,...]

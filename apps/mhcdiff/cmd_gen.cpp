@@ -16,7 +16,7 @@ namespace mhc::cli {
 void add_gen_command(CLI::App& app, CommandContext&) {
   struct Args {
     std::string preset = "randn", output;
-    std::optional<std::string> shape;  // not given: 16,4,64, or 16,2,64 for seed-example (defined for H = 2 only)
+    std::optional<std::string> shape;  // not given: gen::default_shape
     uint64_t seed = 0;
     bool grad = false;
     int compress = 0;
@@ -57,7 +57,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
                                      args->preset));
     gen::GenOptions o = args->knobs;
     o.preset = gen::parse_preset(args->preset);
-    o.shape = gen::parse_shape(args->shape.value_or(o.preset == gen::Preset::seed_example ? "16,2,64" : "16,4,64"));
+    o.shape = args->shape ? gen::parse_shape(*args->shape) : gen::default_shape(o.preset);
     o.seed = args->seed;
     o.grad = args->grad;
     gen::write_generated(o, args->output, args->compress);

@@ -33,8 +33,8 @@ struct CompareCliOptions {
   std::optional<double> max_mismatch_frac;
   std::optional<std::string> max_ulp;
   std::optional<double> rtol, atol;
-  std::optional<std::string> rel_l2, norm_max;            // every tensor (grad_*: unless --grad-* is given)
-  std::optional<std::string> grad_rel_l2, grad_norm_max;  // neither given: the defaults (kDefaultGrad*)
+  std::optional<std::string> out_rel_l2, out_norm_max;    // out and out_f64 (not given: no such gate)
+  std::optional<std::string> grad_rel_l2, grad_norm_max;  // not given: the defaults (kDefaultGrad*)
   std::optional<double> min_survivor_frac;
   double census_threshold = metrics::kDefaultCensusThreshold;
   std::string relative_to;
@@ -69,12 +69,14 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   auto* atol = cmd->add_option("--atol", o.atol, "absolute part of the torch-style tolerance")->group(g);
   rtol->needs(atol);
   atol->needs(rtol);
-  cmd->add_option("--rel-l2", o.rel_l2,
-                  "every tensor: ||C-R||/||R|| at most this ('off' to disable; grad_* tensors: --grad-rel-l2 wins)")
+  cmd->add_option("--out-rel-l2", o.out_rel_l2,
+                  with_inputs ? "out: ||C-R||/||R|| at most this (no default; 'off' to disable)"
+                              : "out: ||C-R||/||R|| at most this ('off' removes the stored limit)")
       ->type_name("X|off")
       ->group(g);
-  cmd->add_option("--norm-max", o.norm_max,
-                  "every tensor: max|C-R|/max|R| at most this ('off' to disable; grad_* tensors: --grad-norm-max wins)")
+  cmd->add_option("--out-norm-max", o.out_norm_max,
+                  with_inputs ? "out: max|C-R|/max|R| at most this (no default; 'off' to disable)"
+                              : "out: max|C-R|/max|R| at most this ('off' removes the stored limit)")
       ->type_name("X|off")
       ->group(g);
   cmd->add_option("--grad-rel-l2", o.grad_rel_l2,
@@ -147,25 +149,14 @@ inline std::optional<double> parse_optional_limit(const std::string& option, con
   throw InputError(fmt::format("{} {}: expected a finite non-negative number or 'off'", option, text));
 }
 
-// A normwise gate (rel-l2 or norm-max) from its two options: the one for every tensor sets out's limit and, unless
-// the grad_* option is given, the gradients'; neither given, the gradients keep SPEC §5's default and out has none.
-struct LimitOption {
-  const std::optional<std::string>& text;
-  const char* name;
-};
-inline void set_normwise_gate(LimitOption every, LimitOption grad, double grad_default,
-                              std::optional<compare::Threshold> compare::Thresholds::*field, compare::GateConfig& g,
-                              bool& out_given, bool& grad_given) {
-  const auto limit = [](LimitOption o) -> std::optional<compare::Threshold> {
-    if (auto v = parse_optional_limit(o.name, *o.text)) return compare::Threshold{*v, o.name};
-    return std::nullopt;
-  };
-  if (every.text) g.out_tensors.*field = limit(every);
-  g.grad_tensors.*field = grad.text    ? limit(grad)
-                          : every.text ? g.out_tensors.*field
-                                       : compare::Threshold{grad_default, fmt::format("{} (default)", grad.name)};
-  out_given = every.text.has_value();
-  grad_given = grad.text || every.text;
+// A normwise limit option (--grad-rel-l2, --out-norm-max, ...) into `limit`: a value, or 'off' to clear it. Returns
+// whether it was given (golden check then lets it replace the stored limit; a default never does).
+inline bool set_given_limit(const std::optional<std::string>& text, const char* option,
+                            std::optional<compare::Threshold>& limit) {
+  if (!text) return false;
+  limit.reset();
+  if (auto v = parse_optional_limit(option, *text)) limit = compare::Threshold{*v, option};
+  return true;
 }
 
 inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
@@ -180,10 +171,12 @@ inline compare::CompareOptions to_compare_options(const CompareCliOptions& o) {
   c.read = o.read.options();
   compare::GateConfig& g = c.gates;
   g = compare::GateConfig{};
-  set_normwise_gate({o.rel_l2, "--rel-l2"}, {o.grad_rel_l2, "--grad-rel-l2"}, compare::kDefaultGradRelL2,
-                    &compare::Thresholds::rel_l2, g, g.out_rel_l2_given, g.grad_rel_l2_given);
-  set_normwise_gate({o.norm_max, "--norm-max"}, {o.grad_norm_max, "--grad-norm-max"}, compare::kDefaultGradNormMax,
-                    &compare::Thresholds::norm_max, g, g.out_norm_max_given, g.grad_norm_max_given);
+  g.grad_tensors.rel_l2 = compare::Threshold{compare::kDefaultGradRelL2, "--grad-rel-l2 (default)"};
+  g.grad_tensors.norm_max = compare::Threshold{compare::kDefaultGradNormMax, "--grad-norm-max (default)"};
+  g.grad_rel_l2_given = set_given_limit(o.grad_rel_l2, "--grad-rel-l2", g.grad_tensors.rel_l2);
+  g.grad_norm_max_given = set_given_limit(o.grad_norm_max, "--grad-norm-max", g.grad_tensors.norm_max);
+  g.out_rel_l2_given = set_given_limit(o.out_rel_l2, "--out-rel-l2", g.out_tensors.rel_l2);
+  g.out_norm_max_given = set_given_limit(o.out_norm_max, "--out-norm-max", g.out_tensors.norm_max);
   compare::Thresholds& all = g.every_tensor;
   if (o.max_mismatch)
     all.max_mismatch = compare::Threshold::whole_number(parse_whole_number("--max-mismatch", *o.max_mismatch),

@@ -1,7 +1,8 @@
 #pragma once
 // The CI gates of SPEC §5, all optional. A gate is a threshold on one metric of one tensor; a tensor's
-// thresholds come from (most specific first) per-tensor values (golden files), the grad_* defaults, and the
-// options that apply to every tensor. docs/metrics.md lists them with their defaults.
+// thresholds come from (most specific first) per-tensor values (golden files, with the options given on the command
+// line applied over them), the options that apply to every tensor, and its group's normwise options (--grad-* with
+// SPEC §5's defaults for the grad_* tensors, --out-* for out and out_f64). docs/metrics.md lists them.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -60,8 +61,8 @@ bool is_grad_tensor(const std::string& tensor);
 
 struct GateConfig {
   Thresholds every_tensor;                       // --max-mismatch, --max-ulp, --rtol/--atol, ...
-  // The normwise gates: --rel-l2 / --norm-max set both groups, --grad-rel-l2 / --grad-norm-max the grad_* one (which
-  // alone has defaults, above). Every tensor is in exactly one group: out and out_f64, or a grad_* tensor.
+  // The normwise gates of each group: --grad-rel-l2 / --grad-norm-max (with the defaults above) for the grad_*
+  // tensors, --out-rel-l2 / --out-norm-max (no default) for out and out_f64. Every tensor is in exactly one group.
   Thresholds grad_tensors;
   Thresholds out_tensors;
   // Whether a group's limit was given (by either option) rather than defaulted or absent: golden check then lets it

@@ -306,8 +306,8 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
     th.rel_l2 = Threshold{t.rel_l2, origin};
     th.norm_max = Threshold{t.norm_max, origin};
     // Options given on the command line still win over the stored values: those for every tensor, and the normwise
-    // limits of the tensor's group when given (--rel-l2 / --norm-max, or --grad-rel-l2 / --grad-norm-max for the
-    // grad_* tensors; their defaults do not replace a stored limit; 'off' removes it).
+    // limits of the tensor's group when given (--grad-rel-l2 / --grad-norm-max for the grad_* tensors, --out-rel-l2 /
+    // --out-norm-max for out; the gradients' defaults do not replace a stored limit; 'off' removes it).
     const GateConfig& g = opt.gates;
     const bool grad = is_grad_tensor(t.tensor);
     if (grad ? g.grad_rel_l2_given : g.out_rel_l2_given) th.rel_l2 = (grad ? g.grad_tensors : g.out_tensors).rel_l2;

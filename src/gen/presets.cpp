@@ -171,6 +171,8 @@ void require_finite(const GenOptions& o, const Inputs& in, int64_t s0) {
 
 }  // namespace
 
+Shape default_shape(Preset p) { return Shape{16, p == Preset::seed_example ? 2 : 4, 64}; }
+
 Preset parse_preset(const std::string& name) {
   if (name == "seed-example") return Preset::seed_example;
   if (name == "randn") return Preset::randn;

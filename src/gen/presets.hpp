@@ -17,6 +17,8 @@ enum class Preset { seed_example, randn, realistic, cancellation };
 // "seed-example", "randn", "realistic", "cancellation"; InputError naming the known presets otherwise.
 Preset parse_preset(const std::string& name);
 const char* preset_name(Preset p);
+// gen's shape when --shape is not given: 16 tokens, H = 4, D = 64; H = 2 for seed-example (defined for H = 2 only).
+Shape default_shape(Preset p);
 
 struct GenOptions {
   Preset preset = Preset::randn;

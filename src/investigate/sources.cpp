@@ -17,15 +17,25 @@ namespace mhc::investigate {
 namespace {
 
 // A dataset named by path may be any candidate output (an engine's dump names its own), but not one that mhcdiff
-// itself names as something else: an input of the operator or a gradient has out's shape where H·D = D·H, and
-// was read as a forward output without a word.
+// itself names as something else: residual and grad_residual always have out's shape (x has it when H = 1, comb
+// when D = H), and were read as forward outputs without a word. HDF5 resolves "//" and "." in a path, so the
+// path's components are compared, not its text ("//inputs/residual" is /inputs/residual). A link given another
+// name is taken as what it is named.
 void refuse_other_tensor(const std::string& path, const std::string& dataset) {
-  const std::string name = dataset.substr(dataset.rfind('/') + 1);
-  const bool input = dataset.rfind("/inputs/", 0) == 0;
-  if (!input && name.rfind("grad_", 0) != 0) return;
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= dataset.size();) {
+    const size_t slash = std::min(dataset.find('/', at), dataset.size());
+    const std::string part = dataset.substr(at, slash - at);
+    if (!part.empty() && part != ".") parts.push_back(part);
+    at = slash + 1;
+  }
+  const bool input = parts.size() >= 2 && parts.front() == "inputs";
+  if (parts.empty() || (!input && parts.back().rfind("grad_", 0) != 0)) return;
+  std::string group;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) group += "/" + parts[i];
   throw InputError(fmt::format("{}:{} is {}, not a forward output: fingerprint and extract read out (e.g. {}:{})",
                                path, dataset, input ? "an input of the operator" : "a gradient", path,
-                               input ? "/results/NAME/out" : dataset.substr(0, dataset.rfind('/')) + "/out"));
+                               input ? "/results/NAME/out" : group + "/out"));
 }
 
 }  // namespace

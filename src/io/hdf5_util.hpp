@@ -122,6 +122,9 @@ std::optional<DType> dtype_of(StoredKind k);
 std::vector<hsize_t> dataset_dims(hid_t dataset);
 std::string dims_text(const std::vector<int64_t>& dims);
 std::string dims_text(const std::vector<hsize_t>& dims);
+// Element `flat` (row-major) of a dataset of extent `dims`, as its index there: "[15,3,15]". Errors name an element
+// this way, so that it reads as an index into the file whatever its batch dims.
+std::string index_text(int64_t flat, const std::vector<hsize_t>& dims);
 
 // Reads/writes elements [first, first + count) in row-major order of `dims` (the dataset's extent) with one
 // H5Dread/H5Dwrite per block (at most ~2·rank blocks; one for whole rows). Throws std::runtime_error on failure

@@ -100,12 +100,9 @@ struct InputTensor {
   mutable bool storage_checked = false;  // detail::unwritten_storage asked, at the first read
 };
 
-std::string element_index_text(int64_t flat, const InputTensor& t, const Shape& sh) {
-  const int64_t s = flat / t.row_elems, rest = flat % t.row_elems;
-  if (t.name == "x") return fmt::format("[{},{}]", s, rest);
-  if (t.name == "post") return fmt::format("[{},{}]", s, rest);
-  if (t.name == "comb") return fmt::format("[{},{},{}]", s, rest / sh.H, rest % sh.H);
-  return fmt::format("[{},{},{}]", s, rest / sh.D, rest % sh.D);
+// Element `flat` of a tensor as its index in the file (batch dims and all), for errors that name one.
+std::string stored_index(const InputTensor& t, int64_t flat) {
+  return detail::index_text(flat, detail::dataset_dims(t.dataset.get()));
 }
 
 }  // namespace
@@ -306,7 +303,7 @@ struct InputReader::Impl {
         fail(fmt::format("dataset /inputs/{} holds {} values that are not exactly {} (first at element {}: {}); pass "
                          "--round-inputs to round them to nearest-even",
                          t.name, sizeof(Wide) == 8 ? "float64" : "float32", target,
-                         element_index_text(s0 * t.row_elems + int64_t(i), t, shape), double(v)));
+                         stored_index(t, s0 * t.row_elems + int64_t(i)), double(v)));
       if (census && census->counts(s0 + int64_t(i) / t.row_elems)) ++census->rounded_count;
       // A finite value beyond the target's range rounds to an infinity, which check_finite would report as if the
       // file held one.
@@ -314,7 +311,7 @@ struct InputReader::Impl {
         fail(fmt::format("dataset /inputs/{} holds a {} value beyond {}'s range (first at element {}: {}), which "
                          "--round-inputs rounds to an infinity; pass --allow-nonfinite to run on it",
                          t.name, sizeof(Wide) == 8 ? "float64" : "float32", target,
-                         element_index_text(s0 * t.row_elems + int64_t(i), t, shape), double(v)));
+                         stored_index(t, s0 * t.row_elems + int64_t(i)), double(v)));
     }
   }
 
@@ -329,7 +326,7 @@ struct InputReader::Impl {
       if (!options.allow_nonfinite)
         fail(fmt::format("dataset /inputs/{} holds {} (first at element {}); pass --allow-nonfinite to run on "
                          "non-finite inputs",
-                         t.name, nan ? "a NaN" : "an infinity", element_index_text(s0 * t.row_elems + int64_t(i), t, shape)));
+                         t.name, nan ? "a NaN" : "an infinity", stored_index(t, s0 * t.row_elems + int64_t(i))));
       if (census && census->counts(s0 + int64_t(i) / t.row_elems)) ++(nan ? census->nan_count : census->inf_count);
     }
   }

@@ -1,6 +1,5 @@
 // TensorFile: read access to any dataset of an mhcdiff/1 file, by flat element ranges.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -112,17 +111,6 @@ herr_t collect_child(hid_t group, const char* name, const H5L_info_t* link, void
   return 0;
 }
 
-// A flat element index as the dataset's own index, row-major ("[15,3,15]"), as errors about inputs name one.
-std::string stored_index_text(int64_t flat, const std::vector<hsize_t>& dims) {
-  std::vector<int64_t> index(dims.size());
-  for (size_t i = dims.size(); i-- > 0;) {
-    const auto extent = static_cast<int64_t>(std::max<hsize_t>(dims[i], 1));
-    index[i] = flat % extent;
-    flat /= extent;
-  }
-  return fmt::format("[{}]", fmt::join(index, ","));
-}
-
 }  // namespace
 
 std::vector<std::string> TensorFile::children(const std::string& group, int type,
@@ -213,7 +201,7 @@ void TensorFile::read_bf16(const std::string& dataset, int64_t first, int64_t co
         dst[i] = round_to_bf16_rne(wide[size_t(i)]);
         if (!std::isnan(wide[size_t(i)]) && double(bf16_to_float(dst[i])) != wide[size_t(i)])
           impl_->fail(fmt::format("dataset {} is not bfloat16 and element {} ({}) is not a bfloat16 value", dataset,
-                                  stored_index_text(first + i, detail::dataset_dims(ds.get())), wide[size_t(i)]));
+                                  detail::index_text(first + i, detail::dataset_dims(ds.get())), wide[size_t(i)]));
       }
       return;
     }
