@@ -13,7 +13,7 @@
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
 #          the machine code of the matching kernels (sass_summary.py). WAVES=1 adds a scan of the exact and fp64
-#          kernels over S (whole and partial waves). NCU="exact fp64 exact:MHCDIFF_CUDA_BACKWARD=lean" profiles one
+#          kernels over S (whole and partial waves). NCU="exact fp64 exact:VARIABLE=VARIANT" profiles one
 #          backward launch of each (Nsight Compute, stall reasons; NCU_SHAPE); NCU_SOURCE=1 adds each launch's stall
 #          samples per machine instruction (scripts/ncu_source_summary.py). Machine code, source CSVs and the A/B's
 #          per-variant benches come back in $OUT/extra.tar.gz (the benches' rows are in summary.log too).
@@ -154,9 +154,10 @@ if [[ -z "${ONLY_SANITIZERS:-}" ]]; then
   echo "bench rc=$?" | tee -a "$OUT/summary.log"
 
   if [[ -n "${WAVES:-}" ]]; then
-    # The exact and fp64 backward (and forward) over whole and partial waves of the compact exact backward's
-    # warps (132 multiprocessors x 12 on the H100 / H200): whether the time per token is the same at every S, or
-    # part of it is a fixed or per-wave cost (16384 tokens are 10.34 such waves, 4096 are 2.59).
+    # The exact and fp64 backward (and forward) over whole and partial waves of the compact exact backward's warps
+    # until session 30 (132 multiprocessors x 12 on the H100 / H200; the register kernels since then take 8 per
+    # multiprocessor): whether the time per token is the same at every S, or part of it is a fixed or per-wave cost
+    # (16384 tokens are 10.34 such waves of 12, 4096 are 2.59).
     stage "wave scan"
     shapes=()
     for s in 1584 3168 4096 4752 6336 7920 9504 11088 12672 14256 15840 16384 17424; do shapes+=(--shape "$s,4,4096"); done
@@ -214,7 +215,7 @@ if [[ -z "${SKIP_SANITIZER:-}" ]]; then
 fi
 if [[ -z "${SKIP_SANITIZER:-}" && -z "${SKIP_SUBSET_SANITIZER:-}" ]]; then
   stage "compute-sanitizer (memcheck + racecheck on a subset)"
-  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu:CudaOperator.ExactForwardTokenLoopsMatchCpu:CudaOperator.CompactExactBackwardMatchesCpuAtExtremes'
+  subset='SpecShapes/EveryPresetMatchesCpu.*/H4_D2053:SpecShapes/EveryPresetMatchesCpu.*/H3_D264:CudaOperator.UncertifiedExactElementsAreFinishedOnTheHost:CudaOperator.ExactWithoutBinary64TwinsMatchesCpu:CudaOperator.LongTokenLoopsMatchCpu:CudaOperator.ExactForwardTokenLoopsMatchCpu:CudaOperator.ExactBackwardAtH4MatchesCpuAtExtremes'
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool memcheck --error-exitcode 99 "$GPU_TESTS" --gtest_filter="$subset" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)" | tee -a "$OUT/summary.log"
   timeout "${SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool racecheck --error-exitcode 99 "$GPU_TESTS" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How often the exact backward's dot-product filter declines, on the bench's data, and how the declined ones end.
 
-A host simulation (numpy) of the compact exact backward (backward_fast_kernel at H = 4, one warp per token) for
+A host simulation (numpy) of the exact backward (backward_fast_kernel at H = 4, one warp per token) for
 one dot product Σ_d g[d]·v[d] over D = 4096 (∂post or ∂comb: g a gradient row, v a stream row, both bf16 of
 N(0,1) as mhcdiff bench fills them). Lane l owns chunks l, l + 32, ... of 8 elements and chains its products in
 binary64 (each product is exact, so the fused multiply-add is one rounding, emulated exactly); its bound is

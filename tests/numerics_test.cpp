@@ -410,7 +410,7 @@ TEST(ExactChains, WindowFoldedAcrossLanesIsTheWindow) {
   }
 }
 
-// exact_chain_window / exact_chain_spread (the experiment MHCDIFF_CUDA_BACKWARD=chains): blocks of 8 sums of n terms
+// exact_chain_window / exact_chain_spread (the exact backward's chains): blocks of 8 sums of n terms
 // share the weights, and the spread is taken over all their values, as a lane step's. Whenever the certificate holds,
 // every binary64 chain must be the exact sum itself (Boost, 600 bits: exact for these terms), its zero's sign the
 // certified path's, so that RNb of it is the answer. On randn-like blocks it must hold almost always; with a wide

@@ -248,8 +248,8 @@ MHC_HD int bf16_lsb_exponent(uint32_t magnitude) {
   return (field > 0 ? field : 1) - 127 - 7;
 }
 
-// Exact chains (the compact exact backward's default since session 28; H = 4's one-warp-per-token kernel under the
-// experiment MHCDIFF_CUDA_BACKWARD=wide): a certificate that ExactBf16Filter's binary64 chain never rounds, so that
+// Exact chains (the exact backward's H = 4 and H = 8 kernels past the few-token one, backward_kernels.cu): a
+// certificate that ExactBf16Filter's binary64 chain never rounds, so that
 // s == S and RNb(s) is the answer, ties and signed zeros included (the chain's zero is -0 exactly when every term is
 // -0, the certified path's rule). Every non-zero
 // product a_i·b_i is a multiple of 2^(Lw + Lb), Lw the lowest bit set in any non-zero a (binary32: its exponent - 23

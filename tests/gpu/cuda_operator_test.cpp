@@ -357,8 +357,7 @@ TEST(CudaOperator, NonFiniteInputsMatchCpu) {
   expect_exact_without_twins_identical(in, "non-finite, S=1700 H=4");
 }
 
-// The compact exact backward (H = 4, from 12 tokens per multiprocessor on, so S is taken from the device) at
-// planted extremes. D = 1032 gives the lanes different step counts and D = 136 leaves 15 lanes without a step;
+// The exact backward at H = 4 past the few-token kernel, at planted extremes. D = 1032 gives the lanes different step counts and D = 136 leaves 15 lanes without a step;
 // token 7 (plant_midpoints) has every element a bf16 tie, token 9's gradients are the largest finite bf16 with
 // weights ±2 (binary32 chains would overflow while the exact sums are 0), token 10's are bf16 subnormals and
 // token 11's products reach the filter bound's overflow guard; and a slab with an infinity and a NaN.
@@ -380,27 +379,6 @@ void plant_backward_extremes(Inputs& in, std::mt19937_64& rng) {
   }
 }
 
-// Sets an environment variable for a scope (nullptr: unsets it), restoring it afterwards (the experiment switches).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // Weights made like torch.rand's and the bench's (k·2^-23, k·2^-24): windows set by trailing zeros
 // (exact_chain_window), so that nearly every step of the exact backward's chains takes their path without intervals.
 void quantise_weights_like_torch_rand(Inputs& in) {
@@ -408,80 +386,64 @@ void quantise_weights_like_torch_rand(Inputs& in) {
   for (float& v : in.comb) v = std::ldexp(std::floor(std::ldexp(v, 24)), -24);
 }
 
-void expect_compact_backward_matches_cpu_at_extremes(const std::string& variant) {
-  const int64_t S = cuda::compact_backward_min_tokens() + 37;
+// The exact backward at H = 4 over more than a wave of its warps (1621 tokens; two blocks of four warps on each of
+// 132 multiprocessors take 1056), at the filter's extremes: planted ties and cancellation, wide exponent ranges,
+// gradient extremes, weights made like torch.rand's, non-finite values.
+void expect_exact_backward_matches_cpu_at_extremes() {
+  const int64_t S = 1621;
   std::mt19937_64 rng(1700);
   for (const int64_t D : {1032, 4096, 136})
     for (bool wide : {false, true}) {
       Inputs in = random_inputs(Shape{S, 4, D}, 1100 + D + wide, wide);
       plant_midpoints(in);
       plant_backward_extremes(in, rng);
-      expect_exact_without_twins_identical(in, fmt::format("compact {}, S={} D={} wide={}", variant, S, D, wide));
+      expect_exact_without_twins_identical(in, fmt::format("S={} D={} wide={}", S, D, wide));
     }
   for (const int64_t D : {4096, 1032}) {
     Inputs in = random_inputs(Shape{S, 4, D}, 1300 + D);
     quantise_weights_like_torch_rand(in);
     plant_midpoints(in);
-    expect_exact_without_twins_identical(in, fmt::format("compact {}, S={} D={} quantised weights", variant, S, D));
+    expect_exact_without_twins_identical(in, fmt::format("S={} D={} quantised weights", S, D));
   }
   Inputs in = random_inputs(Shape{S, 4, 1032}, 1709);
   in.grad_out[((S / 3) * 4 + 1) * in.shape.D + 5] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
   in.residual[((2 * S / 3) * 4 + 2) * in.shape.D + 77] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-  expect_exact_without_twins_identical(in, "compact " + variant + ", non-finite");
+  expect_exact_without_twins_identical(in, "non-finite");
 }
 
-TEST(CudaOperator, CompactExactBackwardMatchesCpuAtExtremes) {
+TEST(CudaOperator, ExactBackwardAtH4MatchesCpuAtExtremes) {
   SKIP_WITHOUT_GPU();
-  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", nullptr);  // the measured kernel, whatever the caller's environment
-  ASSERT_EQ(cuda::backward_experiment(), 0);
-  expect_compact_backward_matches_cpu_at_extremes("default");
+  expect_exact_backward_matches_cpu_at_extremes();
 }
 
-// The exact backward past the few-token kernel at H streams and S tokens (H = 4 below a wave of the compact kernel's
-// blocks, 1584 tokens on 132 multiprocessors: the one-warp-per-token kernel, which the experiment `wide` gives the
-// chains; H = 8: three warps per token with the chains): planted ties, weights made like torch.rand's (so that the
-// chains' path runs) and not, and non-finite values.
-void expect_exact_backward_matches_cpu_past_few_tokens(const std::string& variant, int H, int64_t S) {
+// The exact backward past the few-token kernel at H streams and S tokens (one warp per token at H = 4, three at
+// H = 8, both with the chains): planted ties, weights made like torch.rand's (so that the chains' path runs) and
+// not, and non-finite values.
+void expect_exact_backward_matches_cpu_past_few_tokens(int H, int64_t S) {
   for (const bool quantised : {false, true}) {
     Inputs in = random_inputs(Shape{S, H, 1032}, 2004 + S + H + quantised);
     if (quantised) quantise_weights_like_torch_rand(in);
     plant_midpoints(in);
-    expect_exact_without_twins_identical(in, fmt::format("{}, S={} H={} quantised={}", variant, S, H, quantised));
+    expect_exact_without_twins_identical(in, fmt::format("S={} H={} quantised={}", S, H, quantised));
   }
   Inputs in = random_inputs(Shape{S, H, 1032}, 2100 + H);
   in.grad_out[(S / 4 * H + H - 1) * in.shape.D + 11] = round_to_bf16_rne(std::numeric_limits<float>::infinity());
   in.residual[(S / 2 * H + H / 2) * in.shape.D + 900] = round_to_bf16_rne(std::numeric_limits<float>::quiet_NaN());
-  expect_exact_without_twins_identical(in, fmt::format("{}, S={} H={} non-finite", variant, S, H));
+  expect_exact_without_twins_identical(in, fmt::format("S={} H={} non-finite", S, H));
 }
 
 // The exact backward at H = 8 past the few-token kernel (two tokens per multiprocessor: 264 on 132, so 701 tokens
 // on GPUs of up to 350 multiprocessors): three warps per token with the chains since session 29.
 TEST(CudaOperator, ExactBackwardAtH8MatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", nullptr);
-  expect_exact_backward_matches_cpu_past_few_tokens("default", 8, 701);
+  expect_exact_backward_matches_cpu_past_few_tokens(8, 701);
 }
 
-// The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `interval` (the compact
-// kernel before `chains` became its default), `lean`, `lean-vf`, `chains-pw` (the compact kernel's shapes) and `wide`
-// (H = 4 from the one-warp-per-token kernel's shapes on); tested here so that a device session times only variants
-// that already match the CPU bit for bit.
-TEST(CudaOperator, BackwardExperimentsMatchCpu) {
+// H = 4 between the few-token kernel and a wave (1200 tokens: below 1584, where a compact kernel took over until
+// session 30 and this kernel was the experiment `wide`).
+TEST(CudaOperator, ExactBackwardAtH4BelowAWaveMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  const char* const before = std::getenv("MHCDIFF_CUDA_BACKWARD");
-  const std::string saved = before ? before : "";
-  for (const std::string variant : {"interval", "lean", "lean-vf", "wide", "chains-pw"}) {
-    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant.c_str());
-    ASSERT_NE(cuda::backward_experiment(), 0) << variant;
-    expect_compact_backward_matches_cpu_at_extremes(variant);
-    if (variant == "wide") {
-      const int64_t below_a_wave = std::min<int64_t>(1200, cuda::compact_backward_min_tokens() - 1);
-      expect_exact_backward_matches_cpu_past_few_tokens(variant, 4, below_a_wave);
-    }
-  }
-  const char* const after = std::getenv("MHCDIFF_CUDA_BACKWARD");
-  EXPECT_EQ(before != nullptr, after != nullptr);
-  EXPECT_EQ(saved, after ? after : "") << "the switch is restored";
+  expect_exact_backward_matches_cpu_past_few_tokens(4, 1200);
 }
 
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2
@@ -592,21 +554,6 @@ TEST(CudaBench, PresetInputsAreTheGeneratorsValues) {
   same("post.bin", want.post);
   same("comb.bin", want.comb);
   std::filesystem::remove_all(dir);
-}
-
-// A misspelt experiment is refused (exit 2 from the commands) rather than timed as the default under its name; `chains`
-// names the default, for A/B lines written before it became that. No GPU needed: the switch is read on the host.
-TEST(CudaOperator, AnUnknownExperimentIsRefused) {
-  {
-    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "chians");
-    EXPECT_THROW(cuda::backward_experiment(), InputError);
-  }
-  {
-    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "chains");
-    EXPECT_EQ(cuda::backward_experiment(), 0);
-  }
-  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "");
-  EXPECT_EQ(cuda::backward_experiment(), 0);
 }
 
 // `run --device auto` picks the GPU where one is present.

@@ -81,10 +81,6 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
 // each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
 // canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
 // certify it.
-// kAligned (the experiment `lean-vf`; rows aligned and D % 8 == 0, as in the specialised kernels): the first pass
-// reads whole chunks, 16 bytes and eight values per load, four chunks of each row in flight, instead of one value
-// per load and iteration.
-template <bool kAligned = false>
 __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
                                               ExactDotFilter merged) {
   const int H = in.shape.H;
@@ -102,28 +98,12 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   // minima, in the same pass over the rows.
   uint32_t min_a = ~0u, min_b = ~0u;  // the smallest non-zero magnitude minus one (zero wraps to the top)
   float bound = 0.0f;
-  if constexpr (kAligned) {
-    const uint4* const a4 = reinterpret_cast<const uint4*>(a);
-    const uint4* const b4 = reinterpret_cast<const uint4*>(b);
-#pragma unroll 4
-    for (int64_t j = lane; j < D / kChunk; j += kReduceLanes) {
-      const Chunk ca = chunk_from(__ldg(a4 + j)), cb = chunk_from(__ldg(b4 + j));
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) {
-        const float va = chunk_elem(ca, e), vb = chunk_elem(cb, e);
-        min_a = min(min_a, (float_bits(va) >> 16 & 0x7fffu) - 1u);
-        min_b = min(min_b, (float_bits(vb) >> 16 & 0x7fffu) - 1u);
-        bound = fma_rn32(std::fabs(va), std::fabs(vb), bound);
-      }
+  for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+    for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
+      min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
+      min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
+      bound = fma_rn32(std::fabs(bf16_to_float(a[d])), std::fabs(bf16_to_float(b[d])), bound);
     }
-  } else {
-    for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
-      for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
-        min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
-        min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
-        bound = fma_rn32(std::fabs(bf16_to_float(a[d])), std::fabs(bf16_to_float(b[d])), bound);
-      }
-  }
 #pragma unroll
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) {
     min_a = min(min_a, __shfl_xor_sync(kFullMask, min_a, offset));
@@ -198,7 +178,7 @@ __device__ __forceinline__ T lane_tree(const T* column, int stride) {
   else return op_add(lane_tree<L, K - 1>(column, stride), lane_tree<L + (kReduceLanes >> K), K - 1>(column, stride));
 }
 
-template <int H, int N, bool kAlignedFinish = false>
+template <int H, int N>
 __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const BackwardOutputs& out,
                                                   const FallbackList& fb, int64_t s, int row0, DotScratch<N> scratch,
                                                   int depth) {
@@ -225,7 +205,7 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact<kAlignedFinish>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
+    finish_dot_exact(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
   }
 }
 
@@ -305,16 +285,6 @@ __device__ __forceinline__ bf16_bits fast_element(const PolicyDesc& pd, const W*
 // this way). 0: unspecified.
 template <Mode M>
 inline constexpr int kBackwardMinBlocks = M == Mode::exact ? 1 : 0;
-// kCompact (exact, many tokens): the weights and filter bounds read from shared memory (binary64, per warp)
-// instead of held in registers, so that ptxas fits the kernel in 168 registers (8 bytes of spills) and three
-// blocks share a multiprocessor instead of two. H200, H = 4, one warp per token: 16384 x 4 x 4096 0.659 ->
-// 0.619 ms, but 1024 x 4 x 7168 0.136 -> 0.144 ms (a third of a wave of blocks), so it runs from a full wave
-// of tokens (compact_backward_min_tokens) on; with the weights in shared memory and 255 registers,
-// 0.640 ms.
-inline constexpr int kCompactBlocks = 3;
-template <Mode M, bool kCompact>
-inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinBlocks<M>;
-
 // kDotLaneBound (exact): the dot filters' bounds from each lane's largest gradient magnitude per row and a
 // binary32 sum of |x| / |residual| per row (ExactDotFilter::lane_bound) instead of a binary32 fused
 // multiply-add per product (H200: H = 4, one warp per token, 16384 x 4 x 4096: 0.786 -> 0.670 ms; H = 8,
@@ -323,38 +293,32 @@ inline constexpr int kBackwardBlocks = kCompact ? kCompactBlocks : kBackwardMinB
 template <Mode M, int H, int G>
 inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 
-// kChains (the compact exact kernel's default since session 28, MHCDIFF_CUDA_BACKWARD=interval runs it without,
-// docs/decisions.md; the H = 8 one's since session 29): a lane step whose gradient values' exponent spread fits the
-// token's weight window (exact_chain_spread <= exact_chain_window, numerics/exact_filter.hpp) has binary64 chains
-// that never round, so its ∂x / ∂residual are RNb of the chains (one conversion each, as the fp64 policy's) with no
-// interval; other steps take the interval filter. The test costs about three integer instructions per pair of
-// gradient values and one comparison and vote per step, the interval two directed additions, a second conversion,
-// packing and a comparison per element. The warp takes one path (a vote), as a warp whose lanes disagree would run both. H200, s28-1 (medians
-// of four alternating rounds): 16384 x 4 x 4096 0.5645 -> 0.5432 ms (81.1 -> 84.4 % of copy), 4096 x 4 x 4096
-// 0.2038 -> 0.1753 ms; on H100s, where this kernel waits on memory, +0.2 to +1.1 % and -7.1 to -8.0 % (s26-1 to
-// s27-4). Experiment wide: H = 4 at every S past the few-token kernel runs the non-compact kernel with kChains
-// (weights in registers, 255 registers, two blocks, as the fp64 backward runs); H100, s29-1/s29-2: -1.7 % and -4.5 %
-// on the bench's data, -2.2 % and -3.0 % on `realistic`'s, not yet timed on an H200.
-// At H = 8 (since session 29), past the few-token kernel, the exact backward runs three warps per token (three stream
-// rows each, 24 dot products per lane, weights in registers: the fp64 backward's configuration; 255 registers and
-// 236 bytes of spills, the fp64 kernel 232) with kChains, instead of nine warps of one row each without them. H100,
-// s29-4, medians of three alternating rounds: 8192 x 8 x 4096 1.5961 -> 1.2430 ms (-22 %), 1024 x 8 x 4096 0.2293
-// -> 0.1975 ms (-14 %); the same with kLean 1.4406 and 0.2150. The nine-warp kernel with kChains was slower than
+// kChains (the exact kernels past the few-token one: H = 4 since session 30, H = 8 since session 29; docs/decisions.md):
+// a lane step whose gradient values' exponent spread fits the token's weight window (exact_chain_spread <=
+// exact_chain_window, numerics/exact_filter.hpp) has binary64 chains that never round, so its ∂x / ∂residual are
+// RNb of the chains (one conversion each, as the fp64 policy's) with no interval; other steps take the interval
+// filter. The test costs about three integer instructions per pair of gradient values and one comparison and vote
+// per step, the interval two directed additions, a second conversion, packing and a comparison per element. The
+// warp takes one path (a vote), as a warp whose lanes disagree would run both.
+// H = 4 (session 30, the experiment `wide` until then): one warp per token, weights in registers (255 registers, two
+// blocks per multiprocessor, as the fp64 backward runs) at every S past the few-token kernel. It replaced a compact
+// kernel (weights and filter bounds in shared memory, 168 registers, three blocks, from a full wave of tokens on)
+// with the same chains. H200, s30-1 (medians of two alternating rounds): 16384 x 4 x 4096 0.5418 -> 0.5242 ms
+// (84.1 -> 86.9 % of copy), 4096 x 4 x 4096 0.1758 -> 0.1697 ms; below a wave (three rounds) 1024 x 4 x 7168
+// 0.1295 -> 0.1257, 1024 x 4 x 4096 0.0873 -> 0.0830, 2048 x 4 x 4096 0.1181 -> 0.1096, 8192 x 4 x 4096 0.3008
+// -> 0.2899 ms. The compact kernel's experiments (interval, lean, lean-vf, chains-pw) went with it: none had won.
+// H = 8 (since session 29), past the few-token kernel: three warps per token (three stream rows each, 24 dot
+// products per lane, weights in registers: the fp64 backward's configuration; 255 registers and 236 bytes of
+// spills, the fp64 kernel 232) with kChains, instead of nine warps of one row each without them. H100, s29-4,
+// medians of three alternating rounds: 8192 x 8 x 4096 1.5961 -> 1.2430 ms (-22 %), 1024 x 8 x 4096 0.2293 ->
+// 0.1975 ms (-14 %); H200, s30-1: 1.2212 ms (1.6027 in s28-3). The nine-warp kernel with kChains was slower than
 // without (1.59 -> 1.77 ms, s29-1): one row per warp pays the chain test once per row.
-// kLean (experiment, with kChains): no interval in the loop. Each lane whose step does not qualify stores the chains'
-// roundings like the others and then finishes its step out of line (finish_stream_grad_step: the filter with
-// per-element bounds, the certified path past it), so the loop holds the chains' path alone. kParallelWindow
-// (experiment `chains-pw`, with kChains):
-// the token's chain window folded across lanes, one weight per lane, instead of every lane folding all R·H weights
-// (about 300 PTX instructions per token, of the prologue's 750; the step loop's chains path is about 1 100).
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
-          bool kAlignedFinish = false, bool kParallelWindow = false>
-__global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<M, kCompact>)
+template <Mode M, int H, int G, class Pol, bool kChains = false>
+__global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBlocks<M>)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   static_assert(!kChains || M == Mode::exact, "chains: the exact kernels");
-  static_assert(!kLean || kChains, "lean: the chains kernel without its interval path");
   // exact: the stream values (x, residual) enter only the dot products, which take them as placed bits alone
   // (chunk_scaled, b·2^-896: the filter's scaled chains, numerics/exact_filter.hpp); each lane's sums are
   // multiplied by 2^896 before they are merged (H200, 16384 x 4 x 4096: 0.621 -> 0.600 ms, 40 fewer binary64
@@ -414,52 +378,14 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<
 #pragma unroll
       for (int ho = 0; ho < H; ++ho) acc[r][ho] = fast_zero<M>();
     double error_weight[R];  // exact: the weights' half of each row's filter bound
-    if constexpr (M == Mode::exact && !kLean)
+    if constexpr (M == Mode::exact)
 #pragma unroll
       for (int r = 0; r < R; ++r) error_weight[r] = stream_error_weight(w[r], H);
     int chain_window = 0;  // kChains: the smallest of the rows' exact_chain_window
-    if constexpr (kChains && kParallelWindow) {
-      // Lane l < R·H takes weight l (stream row row0 + l / H, output l % H; read again, from L1: every lane has just
-      // loaded them); each row's H lanes (an aligned group: H is a power of two) fold its largest magnitude and lowest
-      // set bit, and the warp the rows' windows: the same value as the loop below.
-      static_assert(R * H <= kReduceLanes && (H & (H - 1)) == 0, "one weight per lane, rows in aligned lane groups");
-      uint32_t largest = 0;
-      int lowest = 1 << 20;
-      if (lane < R * H) {
-        const int r = lane / H;
-        const float* weights = row0 + r == 0 ? in.post + s * H : in.comb + (s * H + row0 + r - 1) * H;
-        const float a = __ldg(weights + lane % H);
-        largest = float_bits(a) & 0x7fffffffu;
-        if (largest != 0) lowest = exact_chain_lowest_bit(largest);
-      }
-#pragma unroll
-      for (int offset = 1; offset < H; offset *= 2) {
-        largest = max(largest, __shfl_xor_sync(kFullMask, largest, offset));
-        lowest = min(lowest, __shfl_xor_sync(kFullMask, lowest, offset));
-      }
-      chain_window = lane < R * H ? exact_chain_window_of(largest, lowest, H) : 1 << 20;
-#pragma unroll
-      for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
-        chain_window = min(chain_window, __shfl_xor_sync(kFullMask, chain_window, offset));
-    } else if constexpr (kChains) {
+    if constexpr (kChains) {
       chain_window = exact_chain_window(w[0], H);
 #pragma unroll
       for (int r = 1; r < R; ++r) chain_window = min(chain_window, exact_chain_window(w[r], H));
-    }
-    // kCompact: the warp's weights widened and its rows' filter weight bounds, written by lane 0.
-    constexpr bool kSharedRowWeights = M == Mode::exact && kCompact;
-    __shared__ double row_weights[kSharedRowWeights ? kWarps : 1][kSharedRowWeights ? R * H + R : 1];
-    if constexpr (kSharedRowWeights) {
-      __syncwarp();  // the previous token's are read
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-          for (int ho = 0; ho < H; ++ho) row_weights[warp][r * H + ho] = double(w[r][ho]);
-          if constexpr (!kLean) row_weights[warp][R * H + r] = error_weight[r];
-        }
-      }
-      __syncwarp();
     }
     // kLaneBound: the lane's largest gradient magnitude per row (bf16 pairs) and Σ|stream value| per row.
     uint32_t lane_pairs[H];
@@ -501,9 +427,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<
         max_value = float_from_bits(max_word);
         // Decided for the warp (the lanes still in the loop): where some lanes' chains may round, every lane takes
         // the interval path, instead of the warp running both paths one after the other.
-        if constexpr (kLean)  // per lane: the lanes that do not qualify finish out of line
-          chains_exact = exact_chain_spread(max_word >> 16, min_pair_word(smallest)) <= chain_window;
-        else if constexpr (kChains)
+        if constexpr (kChains)
           chains_exact =
               __all_sync(__activemask(), exact_chain_spread(max_word >> 16, min_pair_word(smallest)) <= chain_window);
       }
@@ -522,7 +446,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<
           Chunk oc, lower;  // lower: the filter's lower roundings (exact), packed like oc
           double error = 0.0;
           if constexpr (M == Mode::exact && !kExactChains)
-            error = exact_error(kSharedRowWeights ? row_weights[warp][R * H + r] : error_weight[r], max_value);
+            error = exact_error(error_weight[r], max_value);
 #pragma unroll
           for (int e = 0; e < kChunk; ++e) {
             float g[H];
@@ -536,13 +460,8 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<
             const float b = chunk_elem(bc, e);
             const T bw = kPlacedValues ? chunk_scaled(bc, e) : T(b);
             if constexpr (kLaneBound) value_sum[r] = add_rn32(value_sum[r], std::fabs(b));
-            if constexpr (kSharedRowWeights)
-              chunk_set(oc, e, fast_element<M, H, kLaneBound, kExactChains>(pd, &row_weights[warp][r * H], g, gw, b, bw,
-                                                                            row == 0, acc[r],
-                                                                            dst64 ? dst64 + e : nullptr, error, lo));
-            else
-              chunk_set(oc, e, fast_element<M, H, kLaneBound, kExactChains>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
-                                                                            dst64 ? dst64 + e : nullptr, error, lo));
+            chunk_set(oc, e, fast_element<M, H, kLaneBound, kExactChains>(pd, w[r], g, gw, b, bw, row == 0, acc[r],
+                                                                          dst64 ? dst64 + e : nullptr, error, lo));
             if constexpr (M == Mode::exact && !kExactChains) {
               chunk_set(lower, e, lo);
               if (e & 1) declined |= oc.w[e >> 1] ^ lower.w[e >> 1];
@@ -551,10 +470,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<
           store_chunk<true>(dst, kChunk, oc);
         }
       };
-      if constexpr (kLean) {
-        stream_rows(std::true_type{});
-        if (!chains_exact) finish_stream_grad_step(in, out, fb, s, row0, R, d0, slot + R * kReduceLanes);
-      } else if constexpr (kChains) {
+      if constexpr (kChains) {
         if (chains_exact) stream_rows(std::true_type{});
         else stream_rows(std::false_type{});
       } else {
@@ -578,7 +494,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardBlocks<
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
         scratch.put(lane, i, acc[r][ho]);
       }
-      settle_dots_exact<H, R * H, kAlignedFinish>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
+      settle_dots_exact<H, R * H>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
     } else {
 #pragma unroll
       for (int i = 0; i < R * H; ++i) {
@@ -765,14 +681,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kCompact = false, bool kChains = false, bool kLean = false,
-          bool kAlignedFinish = false, bool kParallelWindow = false>
+template <Mode M, int H, int G, class Pol, bool kChains = false>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel =
-      backward_fast_kernel<M, H, G, Pol, kCompact, kChains, kLean, kAlignedFinish, kParallelWindow>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kChains>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -792,25 +706,11 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                 cudaStream_t stream) {
-  const int experiment = M == Mode::exact ? backward_experiment() : 0;  // read once per launch
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
-  if constexpr (M == Mode::exact && H == 4 && kTokenWarps<M, H> == 1) {
-    if (experiment == 6) return launch_backward_fast_kernel<M, H, 1, Pol, false, true>(pol, in, out, fb, stream);
-    if (in.shape.S >= compact_backward_min_tokens()) {  // a full wave of its blocks
-      switch (experiment) {
-        case 1: return launch_backward_fast_kernel<M, H, 1, Pol, true>(pol, in, out, fb, stream);
-        case 2: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true>(pol, in, out, fb, stream);
-        case 4: return launch_backward_fast_kernel<M, H, 1, Pol, true, true, true, true>(pol, in, out, fb, stream);
-        case 7:
-          return launch_backward_fast_kernel<M, H, 1, Pol, true, true, false, false, true>(pol, in, out, fb, stream);
-      }
-      return launch_backward_fast_kernel<M, H, 1, Pol, true, true>(pol, in, out, fb, stream);
-    }
-  }
-  constexpr bool kChainsH8 = M == Mode::exact && H == 8;  // exact at H = 8: the chains (above backward_fast_kernel)
-  launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, false, kChainsH8>(pol, in, out, fb, stream);
+  constexpr bool kChains = M == Mode::exact && (H == 4 || H == 8);  // the chains (above backward_fast_kernel)
+  launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, stream);
 }
 
 template <Mode M, class Pol>
@@ -885,16 +785,6 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       break;
   }
 }
-
-int backward_experiment() {
-  return experiment_switch(
-      "MHCDIFF_CUDA_BACKWARD",
-      {{"chains", 0},  // the default since session 28, named for A/B runs written before
-       {"interval", 1}, {"lean", 2}, {"lean-vf", 4}, {"wide", 6}, {"chains-pw", 7}},
-      0);
-}
-
-int64_t compact_backward_min_tokens() { return int64_t(kCompactBlocks) * kBackwardWarps * multiprocessor_count(); }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   BackwardOutputs aligned_out;

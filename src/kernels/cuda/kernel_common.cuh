@@ -5,15 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <initializer_list>
-#include <string>
-#include <string_view>
 #include <type_traits>
-#include <utility>
 
-#include "io/errors.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/operator_kernels.hpp"
 #include "kernels/operator_math.hpp"
@@ -253,21 +247,6 @@ __device__ __forceinline__ int stage_warp_pairs(uint32_t declined, int staged, F
 }
 
 // ---- Launch helpers ----------------------------------------------------------------------------------------
-
-// An experiment switch (docs/decisions.md): the value of the variant the environment variable `variable` names,
-// `off` when it is unset or empty. Any other value is refused (InputError, exit 2): a misspelt variant would
-// otherwise time the default under the variant's name.
-template <class E>
-E experiment_switch(const char* variable, std::initializer_list<std::pair<std::string_view, E>> variants, E off) {
-  const char* v = std::getenv(variable);
-  if (!v || !*v) return off;
-  std::string known;
-  for (const auto& [name, value] : variants) {
-    if (name == v) return value;
-    known += (known.empty() ? "" : ", ") + std::string(name);
-  }
-  throw InputError(std::string(variable) + "=" + v + " names no experiment (known: " + known + ")");
-}
 
 // The current device's multiprocessors (asked once per process: mhcdiff uses one device).
 inline int multiprocessor_count() {

@@ -35,13 +35,8 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
                      const FallbackList& fallback, cudaStream_t stream);
 
-// Where kernels with their own tests start, for those tests to reach them: the compact exact backward (H = 4,
-// this device) from this many tokens on, and the exact forward's block rows loop over tokens (where prefetching
-// the next one matters) from this many on.
-int64_t compact_backward_min_tokens();
-// The experiment switch MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md) for the compact exact
-// backward: 1 for `chains`; 0 (the measured kernel) when unset or anything else.
-int backward_experiment();
+// Where a kernel with its own tests starts, for those tests to reach it: the exact forward's block rows loop over
+// tokens (where prefetching the next one matters) from this many on.
 int64_t exact_forward_looping_min_tokens();
 
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
