@@ -187,13 +187,14 @@ std::vector<std::string> select_tensors(const CompareOptions& opt, const Side& c
         if (holds(*s, name)) continue;
         // golden check chose the tensors: worded as compare words a tensor on one side only, with the subset both
         // hold (a candidate lacking a gated tensor fails the check for it; it does not pass on the rest).
-        const std::vector<std::string> both = held_of(held_of(opt.tensors, cand), ref);
-        if (!opt.tensors_gated_by.empty() && s == &cand)
+        if (!opt.tensors_gated_by.empty() && s == &cand) {
+          const std::vector<std::string> both = held_of(held_of(opt.tensors, cand), ref);
           throw InputError(fmt::format("{} gates {}, which is not in {} (it holds: {}): a gated tensor the candidate "
                                        "lacks is an input error, not a pass{}",
                                        opt.tensors_gated_by, name, s->label(), join_names(s->tensors),
                                        both.empty() ? "" : fmt::format(" (check a subset with --tensors {})",
                                                                        join_names(both))));
+        }
         throw InputError(fmt::format("{} is not in {} (it holds: {})", name, s->label(), join_names(s->tensors)));
       }
       if (std::find(chosen.begin(), chosen.end(), name) == chosen.end()) chosen.push_back(name);
@@ -208,7 +209,7 @@ std::vector<std::string> select_tensors(const CompareOptions& opt, const Side& c
   const std::vector<std::string>& fixed_set = fixed == &cand ? c : r;
   const std::vector<std::string>& other_set = fixed == &cand ? r : c;
   const auto one_side_only = [&](const std::string& name, const Side& in, const Side& not_in) {
-    const std::vector<std::string> both = held_of(held_of(primary_tensors(), cand), ref);
+    const std::vector<std::string> both = held_of(c, ref);
     return InputError(fmt::format("{} is in {} but not in {}: a tensor present on one side only is an input error, "
                                   "not a pass{}",
                                   name, in.label(), not_in.label(),

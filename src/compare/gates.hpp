@@ -65,7 +65,7 @@ struct GateConfig {
   // tensors, --out-rel-l2 / --out-norm-max (no default) for out and out_f64. Every tensor is in exactly one group.
   Thresholds grad_tensors;
   Thresholds out_tensors;
-  // Whether a group's limit was given (by either option) rather than defaulted or absent: golden check then lets it
+  // Whether a group's limit was given on the command line rather than defaulted or absent: golden check then lets it
   // (a limit, or 'off' as an empty field) replace the golden file's limit for that group's tensors.
   bool grad_rel_l2_given = false;
   bool grad_norm_max_given = false;
