@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "investigate/json_text.hpp"
+#include "io/store.hpp"
 #include "kernels/operator_math.hpp"
 #include "metrics/truth.hpp"
 #include "numerics/exact_fallback.hpp"
@@ -197,12 +198,8 @@ std::string census_note(const Explanation& e) {
 
 std::string format_explanation_text(const Explanation& e) {
   const ElementInputs& in = e.in;
-  // The token's index in the file: s itself, or s unravelled over the stored batch dims (row-major).
-  std::vector<int64_t> token(e.batch_dims.size());
-  for (int64_t rest = e.at.s, i = int64_t(token.size()) - 1; i >= 0; --i) {
-    token[size_t(i)] = rest % e.batch_dims[size_t(i)];
-    rest /= e.batch_dims[size_t(i)];
-  }
+  // The token's index in the file: s itself, or s unravelled over the stored batch dims.
+  const std::vector<int64_t> token = io::unravel_index(e.at.s, e.batch_dims);
   const std::string tok = token.empty() ? fmt::format("{}", e.at.s) : fmt::format("{}", fmt::join(token, ","));
   std::string out = fmt::format("element s={} ho={} d={}  (H={}{}{})\n\ninputs  (indices as stored in the file)\n",
                                 e.at.s, e.at.ho, e.at.d, in.H,

@@ -576,13 +576,7 @@ std::string dims_text(const std::vector<int64_t>& dims) { return fmt::format("[{
 std::string dims_text(const std::vector<hsize_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ",")); }
 
 std::string index_text(int64_t flat, const std::vector<hsize_t>& dims) {
-  std::vector<int64_t> index(dims.size());
-  for (size_t i = dims.size(); i-- > 0;) {
-    const auto extent = static_cast<int64_t>(std::max<hsize_t>(dims[i], 1));
-    index[i] = flat % extent;
-    flat /= extent;
-  }
-  return dims_text(index);
+  return dims_text(unravel_index(flat, std::vector<int64_t>(dims.begin(), dims.end())));
 }
 
 namespace {

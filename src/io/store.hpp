@@ -245,6 +245,10 @@ class TensorFile {
 // fingerprint apply it alike (docs/metrics.md, "Shapes").
 bool same_token_layout(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 
+// Element `flat` (row-major) of a tensor of extent `dims`, as its index there ({1, 2} for 5 of [2, 3]): how errors and
+// explain name an element of a file whatever its batch dims. A zero extent counts as 1.
+std::vector<int64_t> unravel_index(int64_t flat, const std::vector<int64_t>& dims);
+
 // The results group "/results/<group>" that NAME (as in file.h5:NAME) designates in `file`: the group NAME, or the
 // group of the built-in policy NAME is an alias of (":hf" finds /results/hf-bf16). std::nullopt when neither is
 // there; InputError when the group it names is a link that leads nowhere or out of the file. compare and the

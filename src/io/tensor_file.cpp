@@ -240,6 +240,16 @@ void TensorFile::read_f64(const std::string& dataset, int64_t first, int64_t cou
   impl_->fail(fmt::format("dataset {} is {}; expected float64", dataset, detail::stored_type_name(ds.get())));
 }
 
+std::vector<int64_t> unravel_index(int64_t flat, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> index(dims.size());
+  for (size_t i = dims.size(); i-- > 0;) {
+    const int64_t extent = std::max<int64_t>(dims[i], 1);
+    index[i] = flat % extent;
+    flat /= extent;
+  }
+  return index;
+}
+
 bool same_token_layout(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   auto running_products = [](const std::vector<int64_t>& dims) {
     std::set<int64_t> products;
