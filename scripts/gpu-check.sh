@@ -70,6 +70,8 @@ ab_experiment() {
   done
   unset "$variable"
   rm -f "$OUT/ab_call.csv"
+  # A variant that prints counters per launch (MHCDIFF_CUDA_BACKWARD=probe) writes them to stderr: the commonest lines.
+  grep -h "^probe" "$OUT/bench.log" 2>/dev/null | sort | uniq -c | sort -rn | head -8 | tee -a "$OUT/summary.log"
   # variant,round,"device",S,H,D,policy,dir,median_ms,bytes,gbps,pct_of_copy,...: median over rounds per variant/shape
   python3 - "$OUT/ab_$name.csv" <<'PY' | tee -a "$OUT/summary.log"
 import collections, statistics, sys

@@ -446,6 +446,43 @@ TEST(CudaOperator, ExactBackwardAtH4BelowAWaveMatchesCpu) {
   expect_exact_backward_matches_cpu_past_few_tokens(4, 1200);
 }
 
+// Sets an environment variable for a scope (nullptr: unsets it), restoring it afterwards (the experiment switch).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `scalar` (the dot products'
+// finishing before session 31) and `probe` (the default with counters), at the H = 4 kernel's extremes and below a
+// wave; tested here so that a device session times only variants that already match the CPU bit for bit.
+TEST(CudaOperator, BackwardExperimentsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const char* variant : {"scalar", "probe"}) {
+    const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
+    ASSERT_NE(cuda::backward_experiment(), 0u) << variant;
+    SCOPED_TRACE(variant);
+    expect_exact_backward_matches_cpu_at_extremes();
+    expect_exact_backward_matches_cpu_past_few_tokens(4, 1200);
+  }
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "no-such-variant");
+  EXPECT_THROW(cuda::backward_experiment(), InputError);
+}
+
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2
 // for its next token early: plant_midpoints' tokens (ties that go through the retest and the warp's staging round,
 // cancellation) are copied into the second token of several block rows and into the last token, where the

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -75,12 +76,52 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
   return kChunk * static_cast<int>((D + kReduceLanes * kChunk - 1) / (kReduceLanes * kChunk)) + 5;
 }
 
+// Experiments of the exact backward at H = 4 past the few-token kernel (MHCDIFF_CUDA_BACKWARD, docs/decisions.md),
+// as bits of the kernel's kX: `scalar` (its declined dot products finished one value per load, finish_dot_exact<false>,
+// as until session 31) and `probe` (the default with clock64() counts of the tokens and of their finishing, in g_probe,
+// printed to stderr after each launch: what a token and its finishing take on the device).
+enum : unsigned { kScalarFinish = 1, kProbe = 2 };
+struct Probe {
+  unsigned long long tokens, token_cycles, token_max, finishing_tokens, finishing_dots, finishing_cycles, finishing_max;
+};
+__device__ Probe g_probe;
+
 // Warp-collective, out of line: dot product q of token s (q < H: ∂post[q]; else ∂comb[hi, ho] with
 // q - H = hi·H + ho) that settle_dot_exact's filter declined; `merged` is the filter merged over the warp (valid in
 // lane 0). First the exactness test (ExactDotFilter::fp32_if_exact, from the smallest non-zero magnitude of
 // each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
 // canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
 // certify it.
+// kAligned (rows aligned and D % 8 == 0, as in the specialised kernels; since session 31 in the exact kernel at H = 4
+// past the few-token one): both passes read whole chunks, 16 bytes and eight values per load, kFinishBatch chunks of
+// each row in flight, instead of one value per load and iteration; the values are taken in the same order, so the
+// results are the same. H100, s31-1 and s31-2 (medians of three alternating rounds in each): 16384 x 4 x 4096
+// 0.6808 -> 0.6735 and 0.6812 -> 0.6712 ms (-1.1 %, -1.5 %), 4096 x 4 x 4096 0.2021 -> 0.1997 and 0.2016 -> 0.1967 ms.
+// The other specialised kernels keep the scalar form until their GPU tests have run with it.
+constexpr int kFinishBatch = 8;
+
+// Lane `lane`'s canonical chunks of rows a and b, kBatch of each row per round of loads, passed to
+// f(chunk of a, chunk of b) in ascending order.
+template <int kBatch, class F>
+__device__ __forceinline__ void for_lane_chunks(const bf16_bits* a, const bf16_bits* b, int64_t D, int lane, F&& f) {
+  const uint4* const a4 = reinterpret_cast<const uint4*>(a);
+  const uint4* const b4 = reinterpret_cast<const uint4*>(b);
+  const int64_t chunks = D / kChunk;
+  for (int64_t j0 = lane; j0 < chunks; j0 += kBatch * kReduceLanes) {
+    uint4 va[kBatch], vb[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int64_t j = j0 + k * kReduceLanes;
+      va[k] = j < chunks ? __ldg(a4 + j) : make_uint4(0, 0, 0, 0);
+      vb[k] = j < chunks ? __ldg(b4 + j) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+      if (j0 + k * kReduceLanes < chunks) f(chunk_from(va[k]), chunk_from(vb[k]));
+  }
+}
+
+template <bool kAligned>
 __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
                                               ExactDotFilter merged) {
   const int H = in.shape.H;
@@ -98,12 +139,20 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   // minima, in the same pass over the rows.
   uint32_t min_a = ~0u, min_b = ~0u;  // the smallest non-zero magnitude minus one (zero wraps to the top)
   float bound = 0.0f;
-  for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
-    for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) {
-      min_a = min(min_a, (a[d] & 0x7fffu) - 1u);
-      min_b = min(min_b, (b[d] & 0x7fffu) - 1u);
-      bound = fma_rn32(std::fabs(bf16_to_float(a[d])), std::fabs(bf16_to_float(b[d])), bound);
-    }
+  auto first_pass = [&](bf16_bits va, bf16_bits vb) {
+    min_a = min(min_a, (va & 0x7fffu) - 1u);
+    min_b = min(min_b, (vb & 0x7fffu) - 1u);
+    bound = fma_rn32(std::fabs(bf16_to_float(va)), std::fabs(bf16_to_float(vb)), bound);
+  };
+  if constexpr (kAligned) {
+    for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) first_pass(chunk_bits(ca, e), chunk_bits(cb, e));
+    });
+  } else {
+    for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+      for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) first_pass(a[d], b[d]);
+  }
 #pragma unroll
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) {
     min_a = min(min_a, __shfl_xor_sync(kFullMask, min_a, offset));
@@ -120,8 +169,15 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   }
 
   ExactAccumulator acc;
-  for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
-    for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) acc.add(mul_rn64(bf16_to_float(a[d]), bf16_to_float(b[d])));
+  if constexpr (kAligned) {
+    for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) acc.add(mul_rn64(chunk_elem(ca, e), chunk_elem(cb, e)));
+    });
+  } else {
+    for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+      for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) acc.add(mul_rn64(bf16_to_float(a[d]), bf16_to_float(b[d])));
+  }
   const ExactRounded r = warp_tree_merge(acc).result();
   if (lane != 0) return;
   dst[index] = r.fp32();
@@ -136,7 +192,7 @@ __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs 
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
     f.merge(__shfl_down_sync(kFullMask, f.s, offset), __shfl_down_sync(kFullMask, f.bound, offset));
   float v = 0.0f;
-  if (!__shfl_sync(kFullMask, f.fp32(depth, v), 0)) return finish_dot_exact(in, out, fb, s, q, f);
+  if (!__shfl_sync(kFullMask, f.fp32(depth, v), 0)) return finish_dot_exact<false>(in, out, fb, s, q, f);
   const int H = in.shape.H;
   // dot_index's position, written out like settle_dots_exact's (why: there). This store (the generic kernel's)
   // changed with it in that measurement but was not timed on its own.
@@ -178,7 +234,7 @@ __device__ __forceinline__ T lane_tree(const T* column, int stride) {
   else return op_add(lane_tree<L, K - 1>(column, stride), lane_tree<L + (kReduceLanes >> K), K - 1>(column, stride));
 }
 
-template <int H, int N>
+template <int H, int N, bool kChunkedFinish, unsigned kX = 0>
 __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const BackwardOutputs& out,
                                                   const FallbackList& fb, int64_t s, int row0, DotScratch<N> scratch,
                                                   int depth) {
@@ -200,13 +256,23 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     if (settled) (q < H ? out.grad_post[s * H + q] : out.grad_comb[s * H * H + q - H]) = v;
   }
   __syncwarp();  // the reads above before the next token's copies into the ring
-  for (uint32_t m = __ballot_sync(kFullMask, !settled); m != 0; m &= m - 1) {
+  const long long start = (kX & kProbe) != 0 ? clock64() : 0;
+  const uint32_t declined = __ballot_sync(kFullMask, !settled);
+  for (uint32_t m = declined; m != 0; m &= m - 1) {
     const int i = __ffs(m) - 1;
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
+    finish_dot_exact<kChunkedFinish>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
   }
+  if constexpr ((kX & kProbe) != 0)
+    if (declined != 0 && lane == 0) {
+      const auto cycles = static_cast<unsigned long long>(clock64() - start);
+      atomicAdd(&g_probe.finishing_tokens, 1ull);
+      atomicAdd(&g_probe.finishing_dots, static_cast<unsigned long long>(__popc(declined)));
+      atomicAdd(&g_probe.finishing_cycles, cycles);
+      atomicMax(&g_probe.finishing_max, cycles);
+    }
 }
 
 // ---- Backward, specialised: warps per token, a cp.async ring in shared memory ------------------------------
@@ -313,7 +379,7 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // medians of three alternating rounds: 8192 x 8 x 4096 1.5961 -> 1.2430 ms (-22 %), 1024 x 8 x 4096 0.2293 ->
 // 0.1975 ms (-14 %); H200, s30-1: 1.2212 ms (1.6027 in s28-3). The nine-warp kernel with kChains was slower than
 // without (1.59 -> 1.77 ms, s29-1): one row per warp pays the chain test once per row.
-template <Mode M, int H, int G, class Pol, bool kChains = false>
+template <Mode M, int H, int G, class Pol, bool kChains = false, unsigned kX = 0>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBlocks<M>)
     backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
   using T = RoundedT<M>;
@@ -346,6 +412,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
   const int64_t steps = chunks > lane ? (chunks - lane + kReduceLanes - 1) / kReduceLanes : 0;
   const int64_t tokens_per_pass = int64_t(gridDim.x) * (kWarps / G);
   for (int64_t s = int64_t(blockIdx.x) * (kWarps / G) + warp / G; s < in.shape.S; s += tokens_per_pass) {
+    const long long token_start = (kX & kProbe) != 0 ? clock64() : 0;
     // rows[r < R]: stream row row0 + r; rows[R + ho]: grad_out[ho].
     const bf16_bits* rows[kRows];
     rows[0] = row0 == 0 ? in.x + s * D : in.residual + (s * H + row0 - 1) * D;
@@ -494,7 +561,16 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
         scratch.put(lane, i, acc[r][ho]);
       }
-      settle_dots_exact<H, R * H>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
+      // The finishing by chunks where its GPU tests have run (finish_dot_exact): H = 4 past the few-token kernel.
+      constexpr bool kChunkedFinish = kChains && H == 4 && (kX & kScalarFinish) == 0;
+      settle_dots_exact<H, R * H, kChunkedFinish, kX>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
+      if constexpr ((kX & kProbe) != 0)
+        if (lane == 0) {
+          const auto cycles = static_cast<unsigned long long>(clock64() - token_start);
+          atomicAdd(&g_probe.tokens, 1ull);
+          atomicAdd(&g_probe.token_cycles, cycles);
+          atomicMax(&g_probe.token_max, cycles);
+        }
     } else {
 #pragma unroll
       for (int i = 0; i < R * H; ++i) {
@@ -681,12 +757,12 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
-template <Mode M, int H, int G, class Pol, bool kChains = false>
+template <Mode M, int H, int G, class Pol, bool kChains = false, unsigned kX = 0>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                  cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
-  const auto kernel = backward_fast_kernel<M, H, G, Pol, kChains>;
+  const auto kernel = backward_fast_kernel<M, H, G, Pol, kChains, kX>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
   static const bool allowed = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -697,6 +773,23 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
   kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
   MHC_CUDA_CHECK_LAUNCH();
+}
+
+// `probe`: one launch with the counters zeroed before it and printed after it (the host waits for the launch).
+template <Mode M, int H, class Pol>
+void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                           cudaStream_t stream) {
+  Probe p{};
+  MHC_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_probe, &p, sizeof p, 0, cudaMemcpyHostToDevice, stream));
+  launch_backward_fast_kernel<M, H, 1, Pol, true, kProbe>(pol, in, out, fb, stream);
+  MHC_CUDA_CHECK(cudaMemcpyFromSymbolAsync(&p, g_probe, sizeof p, 0, cudaMemcpyDeviceToHost, stream));
+  MHC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::fprintf(stderr,
+               "probe S=%lld: tokens %llu, cycles per token %.0f (max %llu); tokens finishing %llu, dots %llu, "
+               "finishing cycles per token %.0f (max %llu)\n",
+               static_cast<long long>(in.shape.S), p.tokens, double(p.token_cycles) / double(std::max(p.tokens, 1ull)),
+               p.token_max, p.finishing_tokens, p.finishing_dots,
+               double(p.finishing_cycles) / double(std::max(p.finishing_tokens, 1ull)), p.finishing_max);
 }
 
 // H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
@@ -710,6 +803,13 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
     if (in.shape.S < 2 * multiprocessor_count())
       return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   constexpr bool kChains = M == Mode::exact && (H == 4 || H == 8);  // the chains (above backward_fast_kernel)
+  if constexpr (M == Mode::exact && H == 4) {
+    switch (backward_experiment()) {
+      case kScalarFinish:
+        return launch_backward_fast_kernel<M, H, 1, Pol, true, kScalarFinish>(pol, in, out, fb, stream);
+      case kProbe: return launch_backward_probe<M, H>(pol, in, out, fb, stream);
+    }
+  }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, stream);
 }
 
@@ -784,6 +884,10 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
       else launch_backward_generic<Mode::exact, true>(pd, in, out, fb, stream);
       break;
   }
+}
+
+unsigned backward_experiment() {
+  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD", {{"scalar", kScalarFinish}, {"probe", kProbe}}, 0);
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {

@@ -5,9 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
+#include "io/errors.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/operator_kernels.hpp"
 #include "kernels/operator_math.hpp"
@@ -50,10 +56,12 @@ struct Chunk {
   uint32_t w[4] = {0, 0, 0, 0};
 };
 
-__device__ __forceinline__ float chunk_elem(const Chunk& c, int e) {
+__device__ __forceinline__ bf16_bits chunk_bits(const Chunk& c, int e) {
   const uint32_t word = c.w[e >> 1];
-  return bf16_to_float(static_cast<bf16_bits>((e & 1) ? (word >> 16) : (word & 0xffffu)));
+  return static_cast<bf16_bits>((e & 1) ? (word >> 16) : (word & 0xffffu));
 }
+
+__device__ __forceinline__ float chunk_elem(const Chunk& c, int e) { return bf16_to_float(chunk_bits(c, e)); }
 
 // Element e as scaled_value (numerics/exact_filter.hpp: v·2^-896, integer instructions only); the odd
 // element of a pair already sits in the high half of its word.
@@ -247,6 +255,21 @@ __device__ __forceinline__ int stage_warp_pairs(uint32_t declined, int staged, F
 }
 
 // ---- Launch helpers ----------------------------------------------------------------------------------------
+
+// An experiment switch (docs/decisions.md): the value of the variant the environment variable `variable` names,
+// `off` when it is unset or empty. Any other value is refused (InputError, exit 2): a misspelt variant would
+// otherwise time the default under the variant's name.
+template <class E>
+E experiment_switch(const char* variable, std::initializer_list<std::pair<std::string_view, E>> variants, E off) {
+  const char* v = std::getenv(variable);
+  if (!v || !*v) return off;
+  std::string known;
+  for (const auto& [name, value] : variants) {
+    if (name == v) return value;
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  throw InputError(std::string(variable) + "=" + v + " names no experiment (known: " + known + ")");
+}
 
 // The current device's multiprocessors (asked once per process: mhcdiff uses one device).
 inline int multiprocessor_count() {

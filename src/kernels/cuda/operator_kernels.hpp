@@ -39,6 +39,10 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // tokens (where prefetching the next one matters) from this many on.
 int64_t exact_forward_looping_min_tokens();
 
+// The experiment MHCDIFF_CUDA_BACKWARD names (docs/decisions.md), as the exact H = 4 kernel's bits; 0 when unset.
+// An unknown name is refused (InputError).
+unsigned backward_experiment();
+
 // Which kernel family a launch uses (docs/cuda.md): "specialised" (a built-in preset at H in {1,2,4,8}
 // with 16-byte aligned rows) or "generic" (any description, any H, any D). Tests cover both.
 const char* forward_kernel_family(const PolicyDesc& pd, const InputsView& in);
