@@ -207,6 +207,25 @@ TEST(Explain, TheTextNamesTheTokenByItsStoredBatchIndex) {
     EXPECT_NE(text.find(where), std::string::npos) << where << "\n" << text;
 }
 
+// The JSON names the token and every input by its index in the file, as the text does (hand-derived: s = 9 of batch
+// dims [2, 8] is [1, 1]; element ho = 1, d = 5 at H = 2; comb's stream indices in the stored order).
+TEST(Explain, TheJsonNamesEveryInputByItsStoredIndex) {
+  Explanation ex = explain_element(seed_example_ho0(), {9, 1, 5}, {find_policy("exact")});
+  ex.batch_dims = {2, 8};
+  const std::string src_dst = format_explanation_json(ex);
+  EXPECT_NE(src_dst.find("\"at\": {\"s\": 9, \"ho\": 1, \"d\": 5, \"token\": [1,1]}"), std::string::npos) << src_dst;
+  EXPECT_NE(src_dst.find("\"stored\": {\"comb_layout\": \"src,dst\", \"post\": [1,1,1], \"x\": [1,1,5], "
+                         "\"comb\": [[1,1,0,1], [1,1,1,1]], \"residual\": [[1,1,0,5], [1,1,1,5]]}"),
+            std::string::npos)
+      << src_dst;
+  ex.comb_dst_src = true;
+  const std::string dst_src = format_explanation_json(ex);
+  EXPECT_NE(dst_src.find("\"comb_layout\": \"dst,src\""), std::string::npos) << dst_src;
+  EXPECT_NE(dst_src.find("\"comb\": [[1,1,1,0], [1,1,1,1]]"), std::string::npos) << dst_src;
+  ex.batch_dims.clear();  // no batch dims: the token is s itself
+  EXPECT_NE(format_explanation_json(ex).find("\"token\": [9]}"), std::string::npos);
+}
+
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {
   const Explanation e = explain_element(seed_example_ho0(), {0, 0, 0}, builtin_policies());
   const std::string j = format_explanation_json(e);

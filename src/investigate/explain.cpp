@@ -1,7 +1,10 @@
 #include "investigate/explain.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -194,29 +197,51 @@ std::string census_note(const Explanation& e) {
   return "";
 }
 
+// Where each input of the element is stored in the file: the token unravelled over the stored batch dims (s itself
+// without them), and comb's two stream indices in the stored order. The text and the JSON both name inputs by these.
+struct StoredIndices {
+  std::vector<int64_t> token, p, x;
+  std::vector<std::vector<int64_t>> c, r;  // per stream k
+};
+
+StoredIndices stored_indices(const Explanation& e) {
+  StoredIndices ix;
+  ix.token = io::unravel_index(e.at.s, e.batch_dims);
+  if (ix.token.empty()) ix.token = {e.at.s};
+  auto at = [&](std::initializer_list<int64_t> rest) {
+    std::vector<int64_t> v = ix.token;
+    v.insert(v.end(), rest);
+    return v;
+  };
+  ix.p = at({e.at.ho});
+  ix.x = at({e.at.d});
+  for (int k = 0; k < e.in.H; ++k) {
+    ix.c.push_back(e.comb_dst_src ? at({e.at.ho, k}) : at({k, e.at.ho}));
+    ix.r.push_back(at({k, e.at.d}));
+  }
+  return ix;
+}
+
+std::string joined(const std::vector<int64_t>& v) { return fmt::format("{}", fmt::join(v, ",")); }
+
 }  // namespace
 
 std::string format_explanation_text(const Explanation& e) {
   const ElementInputs& in = e.in;
-  // The token's index in the file: s itself, or s unravelled over the stored batch dims.
-  const std::vector<int64_t> token = io::unravel_index(e.at.s, e.batch_dims);
-  const std::string tok = token.empty() ? fmt::format("{}", e.at.s) : fmt::format("{}", fmt::join(token, ","));
+  const StoredIndices ix = stored_indices(e);
   std::string out = fmt::format("element s={} ho={} d={}  (H={}{}{})\n\ninputs  (indices as stored in the file)\n",
                                 e.at.s, e.at.ho, e.at.d, in.H,
-                                token.empty() ? "" : fmt::format("; token [{}] of batch dims [{}]", tok,
-                                                                 fmt::join(e.batch_dims, ",")),
+                                e.batch_dims.empty() ? "" : fmt::format("; token [{}] of batch dims [{}]", joined(ix.token),
+                                                                        joined(e.batch_dims)),
                                 e.comb_dst_src ? "; comb stored dst,src" : "");
   auto input_line = [&](const std::string& name, const std::string& where, const char* format, double v) {
     out += fmt::format("  {:<4} = {:<22} = {:<16} {} {}\n", name, where, value_text(format, v), format, hex_bits(format, v));
   };
-  input_line("p", fmt::format("post[{},{}]", tok, e.at.ho), "fp32", in.p);
-  input_line("x", fmt::format("x[{},{}]", tok, e.at.d), "bf16", in.x);
+  input_line("p", fmt::format("post[{}]", joined(ix.p)), "fp32", in.p);
+  input_line("x", fmt::format("x[{}]", joined(ix.x)), "bf16", in.x);
+  for (int k = 0; k < in.H; ++k) input_line(fmt::format("c{}", k), fmt::format("comb[{}]", joined(ix.c[k])), "fp32", in.c[k]);
   for (int k = 0; k < in.H; ++k)
-    input_line(fmt::format("c{}", k),
-               e.comb_dst_src ? fmt::format("comb[{},{},{}]", tok, e.at.ho, k) : fmt::format("comb[{},{},{}]", tok, k, e.at.ho),
-               "fp32", in.c[k]);
-  for (int k = 0; k < in.H; ++k)
-    input_line(fmt::format("r{}", k), fmt::format("residual[{},{},{}]", tok, k, e.at.d), "bf16", in.r[k]);
+    input_line(fmt::format("r{}", k), fmt::format("residual[{}]", joined(ix.r[k])), "bf16", in.r[k]);
 
   out += "\nexact\n";
   out += fmt::format("  terms: p·x = {}", e.terms[0]);
@@ -247,7 +272,16 @@ std::string format_explanation_json(const Explanation& e) {
   using namespace json;
   const ElementInputs& in = e.in;
   std::string out = "{\n  \"schema\": \"mhcdiff.explain/1\",\n";
-  out += fmt::format("  \"at\": {{\"s\": {}, \"ho\": {}, \"d\": {}}},\n", e.at.s, e.at.ho, e.at.d);
+  const StoredIndices ix = stored_indices(e);
+  auto arrays = [](const std::vector<std::vector<int64_t>>& vs) {
+    std::string a;
+    for (const auto& v : vs) a += fmt::format("{}[{}]", a.empty() ? "" : ", ", joined(v));
+    return a;
+  };
+  out += fmt::format("  \"at\": {{\"s\": {}, \"ho\": {}, \"d\": {}, \"token\": [{}]}},\n", e.at.s, e.at.ho, e.at.d,
+                     joined(ix.token));
+  out += fmt::format("  \"stored\": {{\"comb_layout\": {}, \"post\": [{}], \"x\": [{}], \"comb\": [{}], \"residual\": [{}]}},\n",
+                     str(e.comb_dst_src ? "dst,src" : "src,dst"), joined(ix.p), joined(ix.x), arrays(ix.c), arrays(ix.r));
   std::string cs, rs;
   for (int k = 0; k < in.H; ++k) {
     cs += k ? ", " : "";
