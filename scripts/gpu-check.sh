@@ -70,8 +70,15 @@ ab_experiment() {
   done
   unset "$variable"
   rm -f "$OUT/ab_call.csv"
-  # A variant that prints counters per launch (MHCDIFF_CUDA_BACKWARD=probe) writes them to stderr: the commonest lines.
-  grep -h "^probe" "$OUT/bench.log" 2>/dev/null | sort | uniq -c | sort -rn | head -8 | tee -a "$OUT/summary.log"
+  # A variant that prints counters per launch (MHCDIFF_CUDA_BACKWARD=probe) writes them to stderr, one line per launch:
+  # summarised per S (means over the launches, and the largest maxima). Its A/B times include the counters' copies and
+  # a wait for the launch, so they are not comparable with the other variants'.
+  grep -h "^probe S=" "$OUT/bench.log" 2>/dev/null | tr -d ':;(),' | awk '
+    { s = $2; n[s]++; tok[s] += $8; max_tok[s] = ($10 + 0 > max_tok[s] + 0 ? $10 : max_tok[s]); fin[s] += $13
+      dots[s] += $15; cyc[s] += $20; max_fin[s] = ($22 + 0 > max_fin[s] + 0 ? $22 : max_fin[s]) }
+    END { for (s in n) printf "  probe %s (%d launches): %.0f cycles per token (max %d); %.1f tokens finishing, " \
+          "%.1f dots, %.0f cycles per finishing token (max %d)\n", s, n[s], tok[s] / n[s], max_tok[s],
+          fin[s] / n[s], dots[s] / n[s], cyc[s] / n[s], max_fin[s] }' | tee -a "$OUT/summary.log"
   # variant,round,"device",S,H,D,policy,dir,median_ms,bytes,gbps,pct_of_copy,...: median over rounds per variant/shape
   python3 - "$OUT/ab_$name.csv" <<'PY' | tee -a "$OUT/summary.log"
 import collections, statistics, sys

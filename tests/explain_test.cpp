@@ -223,7 +223,8 @@ TEST(Explain, TheJsonNamesEveryInputByItsStoredIndex) {
   EXPECT_NE(dst_src.find("\"comb_layout\": \"dst,src\""), std::string::npos) << dst_src;
   EXPECT_NE(dst_src.find("\"comb\": [[1,1,1,0], [1,1,1,1]]"), std::string::npos) << dst_src;
   ex.batch_dims.clear();  // no batch dims: the token is s itself
-  EXPECT_NE(format_explanation_json(ex).find("\"token\": [9]}"), std::string::npos);
+  const std::string flat = format_explanation_json(ex);
+  EXPECT_NE(flat.find("\"token\": [9]}"), std::string::npos) << flat;
 }
 
 TEST(Explain, JsonIsWellFormedEnoughToCarryEveryPolicy) {

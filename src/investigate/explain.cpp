@@ -231,15 +231,17 @@ std::string format_explanation_text(const Explanation& e) {
   const StoredIndices ix = stored_indices(e);
   std::string out = fmt::format("element s={} ho={} d={}  (H={}{}{})\n\ninputs  (indices as stored in the file)\n",
                                 e.at.s, e.at.ho, e.at.d, in.H,
-                                e.batch_dims.empty() ? "" : fmt::format("; token [{}] of batch dims [{}]", joined(ix.token),
-                                                                        joined(e.batch_dims)),
+                                e.batch_dims.empty()
+                                    ? ""
+                                    : fmt::format("; token [{}] of batch dims [{}]", joined(ix.token), joined(e.batch_dims)),
                                 e.comb_dst_src ? "; comb stored dst,src" : "");
   auto input_line = [&](const std::string& name, const std::string& where, const char* format, double v) {
     out += fmt::format("  {:<4} = {:<22} = {:<16} {} {}\n", name, where, value_text(format, v), format, hex_bits(format, v));
   };
   input_line("p", fmt::format("post[{}]", joined(ix.p)), "fp32", in.p);
   input_line("x", fmt::format("x[{}]", joined(ix.x)), "bf16", in.x);
-  for (int k = 0; k < in.H; ++k) input_line(fmt::format("c{}", k), fmt::format("comb[{}]", joined(ix.c[k])), "fp32", in.c[k]);
+  for (int k = 0; k < in.H; ++k)
+    input_line(fmt::format("c{}", k), fmt::format("comb[{}]", joined(ix.c[k])), "fp32", in.c[k]);
   for (int k = 0; k < in.H; ++k)
     input_line(fmt::format("r{}", k), fmt::format("residual[{}]", joined(ix.r[k])), "bf16", in.r[k]);
 
@@ -280,8 +282,9 @@ std::string format_explanation_json(const Explanation& e) {
   };
   out += fmt::format("  \"at\": {{\"s\": {}, \"ho\": {}, \"d\": {}, \"token\": [{}]}},\n", e.at.s, e.at.ho, e.at.d,
                      joined(ix.token));
-  out += fmt::format("  \"stored\": {{\"comb_layout\": {}, \"post\": [{}], \"x\": [{}], \"comb\": [{}], \"residual\": [{}]}},\n",
-                     str(e.comb_dst_src ? "dst,src" : "src,dst"), joined(ix.p), joined(ix.x), arrays(ix.c), arrays(ix.r));
+  out += fmt::format(
+      "  \"stored\": {{\"comb_layout\": {}, \"post\": [{}], \"x\": [{}], \"comb\": [{}], \"residual\": [{}]}},\n",
+      str(e.comb_dst_src ? "dst,src" : "src,dst"), joined(ix.p), joined(ix.x), arrays(ix.c), arrays(ix.r));
   std::string cs, rs;
   for (int k = 0; k < in.H; ++k) {
     cs += k ? ", " : "";

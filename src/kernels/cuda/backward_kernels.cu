@@ -84,7 +84,7 @@ enum : unsigned { kScalarFinish = 1, kProbe = 2 };
 struct Probe {
   unsigned long long tokens, token_cycles, token_max, finishing_tokens, finishing_dots, finishing_cycles, finishing_max;
 };
-__device__ Probe g_probe;
+__device__ Probe g_probe;  // one set of counters: probed launches must not overlap (mhcdiff runs one stream)
 
 // Warp-collective, out of line: dot product q of token s (q < H: ∂post[q]; else ∂comb[hi, ho] with
 // q - H = hi·H + ho) that settle_dot_exact's filter declined; `merged` is the filter merged over the warp (valid in
@@ -863,6 +863,7 @@ bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const B
 
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                      cudaStream_t stream) {
+  (void)backward_experiment();  // a misspelt experiment is refused whatever the launch (it applies to one kernel)
   if (in.shape.S == 0) return;
   if (backward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
