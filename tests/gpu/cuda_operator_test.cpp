@@ -468,11 +468,12 @@ class ScopedEnv {
 };
 
 // The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `scalar` (the dot products'
-// finishing before session 31) and `probe` (the default with counters), at the H = 4 kernel's extremes and below a
-// wave; tested here so that a device session times only variants that already match the CPU bit for bit.
+// finishing before session 31), `small` (its short form) and `probe` (the default with counters), at the H = 4
+// kernel's extremes and below a wave; tested here so that a device session times only variants that already match
+// the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (const char* variant : {"scalar", "probe"}) {
+  for (const char* variant : {"scalar", "small", "probe"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
     ASSERT_NE(cuda::backward_experiment(), 0u) << variant;
     SCOPED_TRACE(variant);

@@ -78,9 +78,11 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
 
 // Experiments of the exact backward at H = 4 past the few-token kernel (MHCDIFF_CUDA_BACKWARD, docs/decisions.md),
 // as bits of the kernel's kX: `scalar` (its declined dot products finished one value per load, finish_dot_exact<false>,
-// as until session 31) and `probe` (the default with clock64() counts of the tokens and of their finishing, in g_probe,
-// printed to stderr after each launch: what a token and its finishing take on the device).
-enum : unsigned { kScalarFinish = 1, kProbe = 2 };
+// as until session 31), `small` (finish_dot_exact's short machine code, kSmall: whether the finishing waits on
+// instruction fetches, its code being cold when a token needs it) and `probe` (the default with clock64() counts of
+// the tokens and of their finishing, in g_probe, printed to stderr after each launch: what a token and its finishing
+// take on the device).
+enum : unsigned { kScalarFinish = 1, kProbe = 2, kSmallFinish = 4 };
 struct Probe {
   unsigned long long tokens, token_cycles, token_max, finishing_tokens, finishing_dots, finishing_cycles, finishing_max;
 };
@@ -97,7 +99,9 @@ __device__ Probe g_probe;  // one set of counters: probed launches must not over
 // each row in flight, instead of one value per load and iteration; the values are taken in the same order, so the
 // results are the same. H100, s31-1 and s31-2 (medians of three alternating rounds in each): 16384 x 4 x 4096
 // 0.6808 -> 0.6735 and 0.6812 -> 0.6712 ms (-1.1 %, -1.5 %), 4096 x 4 x 4096 0.2021 -> 0.1997 and 0.2016 -> 0.1967 ms.
-// The other specialised kernels keep the scalar form until their GPU tests have run with it.
+// The other specialised kernels keep the scalar form until their GPU tests have run with it. kSmall (with kAligned):
+// four chunks per round in the first pass and the second pass rolled (one chunk per load, one value per iteration),
+// for a short function; the same values in the same order.
 constexpr int kFinishBatch = 8;
 
 // Lane `lane`'s canonical chunks of rows a and b, kBatch of each row per round of loads, passed to
@@ -121,7 +125,7 @@ __device__ __forceinline__ void for_lane_chunks(const bf16_bits* a, const bf16_b
   }
 }
 
-template <bool kAligned>
+template <bool kAligned, bool kSmall = false>
 __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
                                               ExactDotFilter merged) {
   const int H = in.shape.H;
@@ -145,7 +149,7 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
     bound = fma_rn32(std::fabs(bf16_to_float(va)), std::fabs(bf16_to_float(vb)), bound);
   };
   if constexpr (kAligned) {
-    for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
+    for_lane_chunks<kSmall ? 4 : kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) first_pass(chunk_bits(ca, e), chunk_bits(cb, e));
     });
@@ -169,7 +173,20 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   }
 
   ExactAccumulator acc;
-  if constexpr (kAligned) {
+  if constexpr (kAligned && kSmall) {
+    const uint4* const a4 = reinterpret_cast<const uint4*>(a);
+    const uint4* const b4 = reinterpret_cast<const uint4*>(b);
+#pragma unroll 1
+    for (int64_t j = lane; j < D / kChunk; j += kReduceLanes) {
+      const Chunk ca = chunk_from(__ldg(a4 + j)), cb = chunk_from(__ldg(b4 + j));
+#pragma unroll 1
+      for (int e = 0; e < kChunk; ++e) {
+        const int shift = (e & 1) * 16;  // element e: the low half of word e / 2 first
+        acc.add(mul_rn64(bf16_to_float(static_cast<bf16_bits>(chunk_word(ca, e >> 1) >> shift)),
+                         bf16_to_float(static_cast<bf16_bits>(chunk_word(cb, e >> 1) >> shift))));
+      }
+    }
+  } else if constexpr (kAligned) {
     for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) acc.add(mul_rn64(chunk_elem(ca, e), chunk_elem(cb, e)));
@@ -263,7 +280,8 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact<kChunkedFinish>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
+    finish_dot_exact<kChunkedFinish, (kX & kSmallFinish) != 0>(in, out, fb, s, dot_number(row0 + i / H, i % H, H),
+                                                                merged);
   }
   if constexpr ((kX & kProbe) != 0)
     if (declined != 0 && lane == 0) {
@@ -808,6 +826,7 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
       case kScalarFinish:
         return launch_backward_fast_kernel<M, H, 1, Pol, true, kScalarFinish>(pol, in, out, fb, stream);
       case kProbe: return launch_backward_probe<M, H>(pol, in, out, fb, stream);
+      case kSmallFinish: return launch_backward_fast_kernel<M, H, 1, Pol, true, kSmallFinish>(pol, in, out, fb, stream);
     }
   }
   launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, stream);
@@ -888,7 +907,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 }
 
 unsigned backward_experiment() {
-  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD", {{"scalar", kScalarFinish}, {"probe", kProbe}}, 0);
+  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD",
+                                     {{"scalar", kScalarFinish}, {"small", kSmallFinish}, {"probe", kProbe}}, 0);
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
