@@ -174,18 +174,14 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
 
   ExactAccumulator acc;
   if constexpr (kAligned && kSmall) {
-    const uint4* const a4 = reinterpret_cast<const uint4*>(a);
-    const uint4* const b4 = reinterpret_cast<const uint4*>(b);
-#pragma unroll 1
-    for (int64_t j = lane; j < D / kChunk; j += kReduceLanes) {
-      const Chunk ca = chunk_from(__ldg(a4 + j)), cb = chunk_from(__ldg(b4 + j));
+    for_lane_chunks<1>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll 1
       for (int e = 0; e < kChunk; ++e) {
         const int shift = (e & 1) * 16;  // element e: the low half of word e / 2 first
         acc.add(mul_rn64(bf16_to_float(static_cast<bf16_bits>(chunk_word(ca, e >> 1) >> shift)),
                          bf16_to_float(static_cast<bf16_bits>(chunk_word(cb, e >> 1) >> shift))));
       }
-    }
+    });
   } else if constexpr (kAligned) {
     for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll
