@@ -7,7 +7,7 @@
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
 #          AB="VARIABLE fwd|bwd VARIANT...": also time an experiment (docs/decisions.md): the exact forward or
 #          backward with the environment variable unset and set to each variant, AB_ROUNDS=3 alternating rounds at
-#          16384,4,4096 and 4096,4,4096, medians summarised, every shape benched with each variant; AB_TEST=FILTER
+#          AB_SHAPES (default "16384,4,4096 4096,4,4096"), medians summarised, every shape benched with each variant; AB_TEST=FILTER
 #          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
 #          AB_PRESET=realistic times the A/B on `mhcdiff gen`'s inputs of that preset (bench --preset).
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
@@ -48,8 +48,8 @@ fi
 GPU_TESTS="$BUILD/tests/gpu/mhcdiff_gpu_tests"
 MHCDIFF="$BUILD/apps/mhcdiff/mhcdiff"
 
-# An experiment switch timed against the default in three alternating rounds (exact policy, the two shapes where
-# SPEC §8's target and a smaller wave count are measured); each bench call is bounded and its rc logged, and the
+# An experiment switch timed against the default in three alternating rounds (exact policy; by default the two shapes
+# where SPEC §8's target and a smaller wave count are measured); each bench call is bounded and its rc logged, and the
 # medians over the rounds are summarised against the default. Sanitizers of the experiments' tests come later.
 #   ab_experiment NAME VARIABLE fwd|bwd VARIANT...
 ab_experiment() {
@@ -59,7 +59,7 @@ ab_experiment() {
   for round in $(seq "${AB_ROUNDS:-3}"); do
     for variant in default "$@"; do
       if [[ $variant == default ]]; then unset "$variable"; else export "$variable=$variant"; fi
-      for shape in 16384,4,4096 4096,4,4096; do
+      for shape in ${AB_SHAPES:-16384,4,4096 4096,4,4096}; do
         timeout 60 "$MHCDIFF" bench --device cuda --format csv --reps 40 --policies exact --shape "$shape" \
           ${AB_PRESET:+--preset "$AB_PRESET"} >"$OUT/ab_call.csv" 2>>"$OUT/bench.log"
         rc=$?

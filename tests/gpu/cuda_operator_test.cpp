@@ -416,10 +416,10 @@ TEST(CudaOperator, ExactBackwardAtH4MatchesCpuAtExtremes) {
   expect_exact_backward_matches_cpu_at_extremes();
 }
 
-// The exact backward past the few-token kernel at H streams and S tokens (one warp per token at H = 4, three at
-// H = 8, both with the chains): planted ties, weights made like torch.rand's (so that the chains' path runs) and
+// The exact backward at H streams and S tokens (past the few-token kernel: one warp per token at H = 4, three at
+// H = 8, both with the chains; below it five and nine): planted ties, weights made like torch.rand's (so that the chains' path runs) and
 // not, and non-finite values.
-void expect_exact_backward_matches_cpu_past_few_tokens(int H, int64_t S) {
+void expect_exact_backward_matches_cpu_with_ties(int H, int64_t S) {
   for (const bool quantised : {false, true}) {
     Inputs in = random_inputs(Shape{S, H, 1032}, 2004 + S + H + quantised);
     if (quantised) quantise_weights_like_torch_rand(in);
@@ -436,14 +436,14 @@ void expect_exact_backward_matches_cpu_past_few_tokens(int H, int64_t S) {
 // on GPUs of up to 350 multiprocessors): three warps per token with the chains since session 29.
 TEST(CudaOperator, ExactBackwardAtH8MatchesCpu) {
   SKIP_WITHOUT_GPU();
-  expect_exact_backward_matches_cpu_past_few_tokens(8, 701);
+  expect_exact_backward_matches_cpu_with_ties(8, 701);
 }
 
 // H = 4 between the few-token kernel and a wave (1200 tokens: below 1584, where a compact kernel took over until
 // session 30 and this kernel was the experiment `wide`).
 TEST(CudaOperator, ExactBackwardAtH4BelowAWaveMatchesCpu) {
   SKIP_WITHOUT_GPU();
-  expect_exact_backward_matches_cpu_past_few_tokens(4, 1200);
+  expect_exact_backward_matches_cpu_with_ties(4, 1200);
 }
 
 // Sets an environment variable for a scope (nullptr: unsets it), restoring it afterwards (the experiment switch).
@@ -467,18 +467,26 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `scalar` (the dot products'
-// finishing before session 31), `small` (its short form) and `probe` (the default with counters), at the H = 4
-// kernel's extremes and below a wave; tested here so that a device session times only variants that already match
-// the CPU bit for bit.
+// The exact backward's few-token kernels (S below two tokens per multiprocessor: five warps per token at H = 4, nine
+// at H = 8), whose declined dot products are finished by chunks since session 32.
+TEST(CudaOperator, ExactBackwardFewTokensMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const int H : {4, 8}) expect_exact_backward_matches_cpu_with_ties(H, 100);
+}
+
+// The experiments behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `prefetch` and `prefetch4`
+// (the dot products' finishing asking L2 for its rows first) and `probe` (the default with counters), in every exact
+// kernel at H = 4 and H = 8 (the few-token ones included) and at the H = 4 kernel's extremes; tested here so that a
+// device session times only variants that already match the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (const char* variant : {"scalar", "small", "probe"}) {
+  for (const char* variant : {"prefetch", "prefetch4", "probe"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
     ASSERT_NE(cuda::backward_experiment(), 0u) << variant;
     SCOPED_TRACE(variant);
     expect_exact_backward_matches_cpu_at_extremes();
-    expect_exact_backward_matches_cpu_past_few_tokens(4, 1200);
+    for (const int H : {4, 8})
+      for (const int64_t S : {int64_t{100}, int64_t{701}}) expect_exact_backward_matches_cpu_with_ties(H, S);
   }
   const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "no-such-variant");
   EXPECT_THROW(cuda::backward_experiment(), InputError);

@@ -76,33 +76,32 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
   return kChunk * static_cast<int>((D + kReduceLanes * kChunk - 1) / (kReduceLanes * kChunk)) + 5;
 }
 
-// Experiments of the exact backward at H = 4 past the few-token kernel (MHCDIFF_CUDA_BACKWARD, docs/decisions.md),
-// as bits of the kernel's kX: `scalar` (its declined dot products finished one value per load, finish_dot_exact<false>,
-// as until session 31), `small` (finish_dot_exact's short machine code, kSmall: whether the finishing waits on
-// instruction fetches, its code being cold when a token needs it) and `probe` (the default with clock64() counts of
-// the tokens and of their finishing, in g_probe, printed to stderr after each launch: what a token and its finishing
-// take on the device).
-enum : unsigned { kScalarFinish = 1, kProbe = 2, kSmallFinish = 4 };
+// Experiments of the exact backward at H = 4 and H = 8 (every kernel past the few-token one and the few-token ones;
+// MHCDIFF_CUDA_BACKWARD, docs/decisions.md), as bits of the kernel's kX: `prefetch` (finish_dot_exact asks L2 for
+// both rows before its first pass), `prefetch4` (that, and the certified pass reads four chunks of each row per
+// round) and `probe` (the default with clock64() counts of the tokens and of their finishing, in g_probe, printed
+// to stderr after each launch: what a token and its finishing take on the device).
+enum : unsigned { kProbe = 2, kPrefetchFinish = 4, kBatchedCertified = 8 };
 struct Probe {
   unsigned long long tokens, token_cycles, token_max, finishing_tokens, finishing_dots, finishing_cycles, finishing_max;
 };
 __device__ Probe g_probe;  // one set of counters: probed launches must not overlap (mhcdiff runs one stream)
 
-// Warp-collective, out of line: dot product q of token s (q < H: ∂post[q]; else ∂comb[hi, ho] with
-// q - H = hi·H + ho) that settle_dot_exact's filter declined; `merged` is the filter merged over the warp (valid in
-// lane 0). First the exactness test (ExactDotFilter::fp32_if_exact, from the smallest non-zero magnitude of
-// each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
-// canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
-// certify it.
-// kAligned (rows aligned and D % 8 == 0, as in the specialised kernels; since session 31 in the exact kernel at H = 4
-// past the few-token one): both passes read whole chunks, 16 bytes and eight values per load, kFinishBatch chunks of
-// each row in flight, instead of one value per load and iteration; the values are taken in the same order, so the
-// results are the same. H100, s31-1 and s31-2 (medians of three alternating rounds in each): 16384 x 4 x 4096
-// 0.6808 -> 0.6735 and 0.6812 -> 0.6712 ms (-1.1 %, -1.5 %), 4096 x 4 x 4096 0.2021 -> 0.1997 and 0.2016 -> 0.1967 ms.
-// The other specialised kernels keep the scalar form until their GPU tests have run with it. kSmall (with kAligned):
-// four chunks per round in the first pass and the second pass rolled (one chunk per load, one value per iteration),
-// for a short function; the same values in the same order.
-constexpr int kFinishBatch = 8;
+// How finish_dot_exact reads and walks the two rows. Every form takes the same values in the same order, so the
+// results are the same.
+//   scalar: one value per load and iteration, for any alignment (the generic kernel's rows).
+//   chunks: rows aligned and D % 8 == 0 (the specialised kernels): 16-byte loads, four chunks of each row in flight
+//     per round; the first pass unrolled over a chunk's eight values, the certified pass rolled over one chunk at a
+//     time and one value per iteration. Short machine code: the finishing runs for about one token in 23 (bench
+//     data, H = 4), so its code is cold when it runs, and fetching it waits on L2 while the multiprocessor's other
+//     warps keep theirs. The kernel at H = 4 past the few-token one is 5024 instructions with it, 10552 with the same
+//     loads and every loop unrolled (eight chunks in flight; `vf`, session 31's default there). H200, s32-1 (medians
+//     of three alternating rounds): against `vf` 16384 x 4 x 4096 0.5020 -> 0.4939 ms (90.2 -> 91.8 % of copy),
+//     4096 x 4 x 4096 0.1602 -> 0.1580 ms; against `scalar` 0.5217 and 0.1698 ms. H100, s32-2, against `scalar`
+//     (the form of every other specialised kernel until then): 16384 x 4 x 4096 -2.6 %, 4096 x 4 x 4096 -3.3 %,
+//     8192 x 8 x 4096 -2.6 %, 128 x 4 x 4096 (the few-token kernel) -9.0 %.
+enum class FinishForm { scalar, chunks };
+constexpr int kFinishBatch = 4;  // chunks of each row per round of loads (chunks)
 
 // Lane `lane`'s canonical chunks of rows a and b, kBatch of each row per round of loads, passed to
 // f(chunk of a, chunk of b) in ascending order.
@@ -125,7 +124,19 @@ __device__ __forceinline__ void for_lane_chunks(const bf16_bits* a, const bf16_b
   }
 }
 
-template <bool kAligned, bool kSmall = false>
+// Element e of a chunk for a run-time e (a rolled loop): chunk_word's selects instead of an indexed array, which
+// would go through local memory.
+__device__ __forceinline__ bf16_bits chunk_bits_rolled(const Chunk& c, int e) {
+  return static_cast<bf16_bits>(chunk_word(c, e >> 1) >> ((e & 1) * 16));  // the low half of word e / 2 first
+}
+
+// Warp-collective, out of line: dot product q of token s (q < H: ∂post[q]; else ∂comb[hi, ho] with
+// q - H = hi·H + ho) that settle_dot_exact's filter declined; `merged` is the filter merged over the warp (valid in
+// lane 0). First the exactness test (ExactDotFilter::fp32_if_exact, from the smallest non-zero magnitude of
+// each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
+// canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
+// certify it. kForm: how the rows are read (FinishForm); kX: the experiments' bits (chunks only).
+template <FinishForm kForm, unsigned kX = 0>
 __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
                                               ExactDotFilter merged) {
   const int H = in.shape.H;
@@ -137,6 +148,11 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + dot_residual_row(q, H)) * D;
   const int64_t index = dot_index(s, q, H);
   float* dst = post_path ? out.grad_post : out.grad_comb;
+  if constexpr ((kX & kPrefetchFinish) != 0)  // every 128-byte line of both rows: values 64·l and the last one
+    for (int64_t d = int64_t(lane) * 64; d < D + 63; d += kReduceLanes * 64) {
+      prefetch_l2(a + min(d, D - 1));
+      prefetch_l2(b + min(d, D - 1));
+    }
 
   // The exactness test needs a bound on Σ|a·b|; a lane's chain of |a|·|b| (ExactDotFilter::add's) is tighter
   // than the per-lane bound the main loop may have used (lane_bound), so it is recomputed here with the
@@ -148,14 +164,14 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
     min_b = min(min_b, (vb & 0x7fffu) - 1u);
     bound = fma_rn32(std::fabs(bf16_to_float(va)), std::fabs(bf16_to_float(vb)), bound);
   };
-  if constexpr (kAligned) {
-    for_lane_chunks<kSmall ? 4 : kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
+  if constexpr (kForm == FinishForm::scalar) {
+    for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
+      for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) first_pass(a[d], b[d]);
+  } else {
+    for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) first_pass(chunk_bits(ca, e), chunk_bits(cb, e));
     });
-  } else {
-    for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
-      for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) first_pass(a[d], b[d]);
   }
 #pragma unroll
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2) {
@@ -173,23 +189,15 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   }
 
   ExactAccumulator acc;
-  if constexpr (kAligned && kSmall) {
-    for_lane_chunks<1>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
-#pragma unroll 1
-      for (int e = 0; e < kChunk; ++e) {
-        const int shift = (e & 1) * 16;  // element e: the low half of word e / 2 first
-        acc.add(mul_rn64(bf16_to_float(static_cast<bf16_bits>(chunk_word(ca, e >> 1) >> shift)),
-                         bf16_to_float(static_cast<bf16_bits>(chunk_word(cb, e >> 1) >> shift))));
-      }
-    });
-  } else if constexpr (kAligned) {
-    for_lane_chunks<kFinishBatch>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) acc.add(mul_rn64(chunk_elem(ca, e), chunk_elem(cb, e)));
-    });
-  } else {
+  if constexpr (kForm == FinishForm::scalar) {
     for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
       for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) acc.add(mul_rn64(bf16_to_float(a[d]), bf16_to_float(b[d])));
+  } else {
+    for_lane_chunks<(kX & kBatchedCertified) != 0 ? kFinishBatch : 1>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
+#pragma unroll 1
+      for (int e = 0; e < kChunk; ++e)
+        acc.add(mul_rn64(bf16_to_float(chunk_bits_rolled(ca, e)), bf16_to_float(chunk_bits_rolled(cb, e))));
+    });
   }
   const ExactRounded r = warp_tree_merge(acc).result();
   if (lane != 0) return;
@@ -205,7 +213,7 @@ __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs 
   for (int offset = kReduceLanes / 2; offset > 0; offset /= 2)
     f.merge(__shfl_down_sync(kFullMask, f.s, offset), __shfl_down_sync(kFullMask, f.bound, offset));
   float v = 0.0f;
-  if (!__shfl_sync(kFullMask, f.fp32(depth, v), 0)) return finish_dot_exact<false>(in, out, fb, s, q, f);
+  if (!__shfl_sync(kFullMask, f.fp32(depth, v), 0)) return finish_dot_exact<FinishForm::scalar>(in, out, fb, s, q, f);
   const int H = in.shape.H;
   // dot_index's position, written out like settle_dots_exact's (why: there). This store (the generic kernel's)
   // changed with it in that measurement but was not timed on its own.
@@ -247,7 +255,7 @@ __device__ __forceinline__ T lane_tree(const T* column, int stride) {
   else return op_add(lane_tree<L, K - 1>(column, stride), lane_tree<L + (kReduceLanes >> K), K - 1>(column, stride));
 }
 
-template <int H, int N, bool kChunkedFinish, unsigned kX = 0>
+template <int H, int N, FinishForm kForm, unsigned kX = 0>
 __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const BackwardOutputs& out,
                                                   const FallbackList& fb, int64_t s, int row0, DotScratch<N> scratch,
                                                   int depth) {
@@ -276,8 +284,7 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact<kChunkedFinish, (kX & kSmallFinish) != 0>(in, out, fb, s, dot_number(row0 + i / H, i % H, H),
-                                                                merged);
+    finish_dot_exact<kForm, kX>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
   }
   if constexpr ((kX & kProbe) != 0)
     if (declined != 0 && lane == 0) {
@@ -575,9 +582,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
         scratch.put(lane, i, acc[r][ho]);
       }
-      // The finishing by chunks where its GPU tests have run (finish_dot_exact): H = 4 past the few-token kernel.
-      constexpr bool kChunkedFinish = kChains && H == 4 && (kX & kScalarFinish) == 0;
-      settle_dots_exact<H, R * H, kChunkedFinish, kX>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
+      settle_dots_exact<H, R * H, FinishForm::chunks, kX>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
       if constexpr ((kX & kProbe) != 0)
         if (lane == 0) {
           const auto cycles = static_cast<unsigned long long>(clock64() - token_start);
@@ -789,13 +794,14 @@ void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOu
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-// `probe`: one launch with the counters zeroed before it and printed after it (the host waits for the launch).
-template <Mode M, int H, class Pol>
+// `probe`: one launch with the counters zeroed before it and printed after it (the host waits for the launch). With
+// G > 1 warps per token, each warp counts its share of a token as one.
+template <Mode M, int H, int G, class Pol, bool kChains>
 void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                            cudaStream_t stream) {
   Probe p{};
   MHC_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_probe, &p, sizeof p, 0, cudaMemcpyHostToDevice, stream));
-  launch_backward_fast_kernel<M, H, 1, Pol, true, kProbe>(pol, in, out, fb, stream);
+  launch_backward_fast_kernel<M, H, G, Pol, kChains, kProbe>(pol, in, out, fb, stream);
   MHC_CUDA_CHECK(cudaMemcpyFromSymbolAsync(&p, g_probe, sizeof p, 0, cudaMemcpyDeviceToHost, stream));
   MHC_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::fprintf(stderr,
@@ -804,6 +810,23 @@ void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs&
                static_cast<long long>(in.shape.S), p.tokens, double(p.token_cycles) / double(std::max(p.tokens, 1ull)),
                p.token_max, p.finishing_tokens, p.finishing_dots,
                double(p.finishing_cycles) / double(std::max(p.finishing_tokens, 1ull)), p.finishing_max);
+}
+
+// A specialised kernel, or at H = 4 and H = 8 for exact the experiment MHCDIFF_CUDA_BACKWARD names.
+template <Mode M, int H, int G, class Pol, bool kChains = false>
+void launch_backward_fast(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
+                          cudaStream_t stream) {
+  if constexpr (M == Mode::exact && (H == 4 || H == 8)) {
+    switch (backward_experiment()) {
+      case kPrefetchFinish:
+        return launch_backward_fast_kernel<M, H, G, Pol, kChains, kPrefetchFinish>(pol, in, out, fb, stream);
+      case kPrefetchFinish | kBatchedCertified:
+        return launch_backward_fast_kernel<M, H, G, Pol, kChains, kPrefetchFinish | kBatchedCertified>(pol, in, out, fb,
+                                                                                                       stream);
+      case kProbe: return launch_backward_probe<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
+    }
+  }
+  launch_backward_fast_kernel<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
 }
 
 // H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
@@ -815,17 +838,9 @@ void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOut
                                 cudaStream_t stream) {
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
-      return launch_backward_fast_kernel<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
+      return launch_backward_fast<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
   constexpr bool kChains = M == Mode::exact && (H == 4 || H == 8);  // the chains (above backward_fast_kernel)
-  if constexpr (M == Mode::exact && H == 4) {
-    switch (backward_experiment()) {
-      case kScalarFinish:
-        return launch_backward_fast_kernel<M, H, 1, Pol, true, kScalarFinish>(pol, in, out, fb, stream);
-      case kProbe: return launch_backward_probe<M, H>(pol, in, out, fb, stream);
-      case kSmallFinish: return launch_backward_fast_kernel<M, H, 1, Pol, true, kSmallFinish>(pol, in, out, fb, stream);
-    }
-  }
-  launch_backward_fast_kernel<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, stream);
+  launch_backward_fast<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, stream);
 }
 
 template <Mode M, class Pol>
@@ -904,7 +919,10 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 
 unsigned backward_experiment() {
   return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD",
-                                     {{"scalar", kScalarFinish}, {"small", kSmallFinish}, {"probe", kProbe}}, 0);
+                                     {{"prefetch", kPrefetchFinish},
+                                      {"prefetch4", kPrefetchFinish | kBatchedCertified},
+                                      {"probe", kProbe}},
+                                     0);
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
