@@ -76,12 +76,11 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
   return kChunk * static_cast<int>((D + kReduceLanes * kChunk - 1) / (kReduceLanes * kChunk)) + 5;
 }
 
-// Experiments of the exact backward at H = 4 and H = 8 (every kernel past the few-token one and the few-token ones;
-// MHCDIFF_CUDA_BACKWARD, docs/decisions.md), as bits of the kernel's kX: `prefetch` (finish_dot_exact asks L2 for
-// both rows before its first pass), `prefetch4` (that, and the certified pass reads four chunks of each row per
-// round) and `probe` (the default with clock64() counts of the tokens and of their finishing, in g_probe, printed
-// to stderr after each launch: what a token and its finishing take on the device).
-enum : unsigned { kProbe = 2, kPrefetchFinish = 4, kBatchedCertified = 8 };
+// The diagnostic of the exact backward at H = 4 and H = 8 (every kernel past the few-token one and the few-token
+// ones; MHCDIFF_CUDA_BACKWARD=probe, docs/decisions.md), a bit of the kernel's kX: the default with clock64() counts
+// of the tokens and of their finishing, in g_probe, printed to stderr after each launch: what a token and its
+// finishing take on the device. The experiments that used the same switch are listed in docs/cuda.md.
+enum : unsigned { kProbe = 2 };
 struct Probe {
   unsigned long long tokens, token_cycles, token_max, finishing_tokens, finishing_dots, finishing_cycles, finishing_max;
 };
@@ -99,7 +98,9 @@ __device__ Probe g_probe;  // one set of counters: probed launches must not over
 //     of three alternating rounds): against `vf` 16384 x 4 x 4096 0.5020 -> 0.4939 ms (90.2 -> 91.8 % of copy),
 //     4096 x 4 x 4096 0.1602 -> 0.1580 ms; against `scalar` 0.5217 and 0.1698 ms. H100, s32-2, against `scalar`
 //     (the form of every other specialised kernel until then): 16384 x 4 x 4096 -2.6 %, 4096 x 4 x 4096 -3.3 %,
-//     8192 x 8 x 4096 -2.6 %, 128 x 4 x 4096 (the few-token kernel) -9.0 %.
+//     8192 x 8 x 4096 -2.6 %, 128 x 4 x 4096 (the few-token kernel) -9.0 %. Not faster (H100, s32-2 and s32-3): the
+//     first pass rolled too (`tiny`), and asking L2 for every line of both rows first, with (`prefetch4`) or without
+//     (`prefetch`) four chunks per round in the certified pass.
 enum class FinishForm { scalar, chunks };
 constexpr int kFinishBatch = 4;  // chunks of each row per round of loads (chunks)
 
@@ -135,8 +136,8 @@ __device__ __forceinline__ bf16_bits chunk_bits_rolled(const Chunk& c, int e) {
 // lane 0). First the exactness test (ExactDotFilter::fp32_if_exact, from the smallest non-zero magnitude of
 // each row), which settles the exact binary32 ties; then the certified accumulators, lane l over the
 // canonical chunks l, l + 32, ...; lane 0 stores the result and lists it for the host when even that cannot
-// certify it. kForm: how the rows are read (FinishForm); kX: the experiments' bits (chunks only).
-template <FinishForm kForm, unsigned kX = 0>
+// certify it. kForm: how the rows are read (FinishForm).
+template <FinishForm kForm>
 __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
                                               ExactDotFilter merged) {
   const int H = in.shape.H;
@@ -148,11 +149,6 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + dot_residual_row(q, H)) * D;
   const int64_t index = dot_index(s, q, H);
   float* dst = post_path ? out.grad_post : out.grad_comb;
-  if constexpr ((kX & kPrefetchFinish) != 0)  // every 128-byte line of both rows: values 64·l and the last one
-    for (int64_t d = int64_t(lane) * 64; d < D + 63; d += kReduceLanes * 64) {
-      prefetch_l2(a + min(d, D - 1));
-      prefetch_l2(b + min(d, D - 1));
-    }
 
   // The exactness test needs a bound on Σ|a·b|; a lane's chain of |a|·|b| (ExactDotFilter::add's) is tighter
   // than the per-lane bound the main loop may have used (lane_bound), so it is recomputed here with the
@@ -193,7 +189,7 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
     for (int64_t d0 = int64_t(lane) * kChunk; d0 < D; d0 += kReduceLanes * kChunk)
       for (int64_t d = d0; d < d0 + kChunk && d < D; ++d) acc.add(mul_rn64(bf16_to_float(a[d]), bf16_to_float(b[d])));
   } else {
-    for_lane_chunks<(kX & kBatchedCertified) != 0 ? kFinishBatch : 1>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
+    for_lane_chunks<1>(a, b, D, lane, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll 1
       for (int e = 0; e < kChunk; ++e)
         acc.add(mul_rn64(bf16_to_float(chunk_bits_rolled(ca, e)), bf16_to_float(chunk_bits_rolled(cb, e))));
@@ -284,7 +280,7 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact<kForm, kX>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
+    finish_dot_exact<kForm>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
   }
   if constexpr ((kX & kProbe) != 0)
     if (declined != 0 && lane == 0) {
@@ -812,20 +808,12 @@ void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs&
                double(p.finishing_cycles) / double(std::max(p.finishing_tokens, 1ull)), p.finishing_max);
 }
 
-// A specialised kernel, or at H = 4 and H = 8 for exact the experiment MHCDIFF_CUDA_BACKWARD names.
+// A specialised kernel, or at H = 4 and H = 8 for exact the variant MHCDIFF_CUDA_BACKWARD names.
 template <Mode M, int H, int G, class Pol, bool kChains = false>
 void launch_backward_fast(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                           cudaStream_t stream) {
-  if constexpr (M == Mode::exact && (H == 4 || H == 8)) {
-    switch (backward_experiment()) {
-      case kPrefetchFinish:
-        return launch_backward_fast_kernel<M, H, G, Pol, kChains, kPrefetchFinish>(pol, in, out, fb, stream);
-      case kPrefetchFinish | kBatchedCertified:
-        return launch_backward_fast_kernel<M, H, G, Pol, kChains, kPrefetchFinish | kBatchedCertified>(pol, in, out, fb,
-                                                                                                       stream);
-      case kProbe: return launch_backward_probe<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
-    }
-  }
+  if constexpr (M == Mode::exact && (H == 4 || H == 8))
+    if (backward_experiment() == kProbe) return launch_backward_probe<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
   launch_backward_fast_kernel<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
 }
 
@@ -919,10 +907,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 
 unsigned backward_experiment() {
   return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD",
-                                     {{"prefetch", kPrefetchFinish},
-                                      {"prefetch4", kPrefetchFinish | kBatchedCertified},
-                                      {"probe", kProbe}},
-                                     0);
+                                     {{"probe", kProbe}}, 0);
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {

@@ -39,7 +39,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 // tokens (where prefetching the next one matters) from this many on.
 int64_t exact_forward_looping_min_tokens();
 
-// The experiment MHCDIFF_CUDA_BACKWARD names (docs/decisions.md), as the exact H = 4 kernel's bits; 0 when unset.
+// The variant MHCDIFF_CUDA_BACKWARD names (docs/decisions.md), as the exact kernels' bits; 0 when unset.
 // An unknown name is refused (InputError).
 unsigned backward_experiment();
 
