@@ -301,6 +301,38 @@ TEST_F(CliInvestigate, FingerprintAndExtractRefuseAnInputOrAGradientAsOut) {
   EXPECT_FALSE(std::filesystem::exists(path("g_repro.h5")));
   // The forward output of the same group, named by path, is still taken.
   EXPECT_EQ(mhcdiff("fingerprint " + path("g_in.h5") + " " + res + ":/results/hf-bf16/out").code, 0);
+
+  // The same datasets under other names (links made here with HDF5's C API) are refused alike, naming what they are;
+  // another name for out is still out.
+  const hid_t f = H5Fopen(res.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_GE(H5Lcreate_soft("/inputs/residual", f, "/soft_residual", H5P_DEFAULT, H5P_DEFAULT), 0);
+  EXPECT_GE(H5Lcreate_soft("/inputs", f, "/in", H5P_DEFAULT, H5P_DEFAULT), 0);  // a group on the path
+  EXPECT_GE(H5Lcreate_hard(f, "/results/hf-bf16/grad_residual", f, "/results/hf-bf16/renamed", H5P_DEFAULT,
+                           H5P_DEFAULT),
+            0);
+  EXPECT_GE(H5Lcreate_hard(f, "/results/hf-bf16/out", f, "/candidate", H5P_DEFAULT, H5P_DEFAULT), 0);
+  H5Fclose(f);
+  for (const char* alias : {":/soft_residual", ":/in/residual"}) {
+    r = mhcdiff_with_stderr("fingerprint " + path("g_in.h5") + " " + res + alias);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(alias + std::string(" is /inputs/residual under another name, an input of the operator, not a "
+                                             "forward output")),
+              std::string::npos)
+        << r.out;
+  }
+  r = mhcdiff_with_stderr("extract " + res + ":/results/hf-bf16/renamed policy:exact --inputs " + path("g_in.h5") +
+                          " --worst 2 -o " + path("g_repro.h5"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(":/results/hf-bf16/renamed is /results/hf-bf16/grad_residual under another name, a gradient, "
+                       "not a forward output: fingerprint and extract read out (e.g. " +
+                       res + ":/results/hf-bf16/out)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(path("g_repro.h5")));
+  r = mhcdiff_with_stderr("fingerprint " + path("g_in.h5") + " " + res + ":/candidate");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("BIT-EXACT MATCH: hf-bf16"), std::string::npos) << r.out;
 }
 
 // A side computed from other inputs (its input_checksum provenance) makes no repro: exit 2, nothing written.

@@ -16,12 +16,15 @@ namespace mhc::investigate {
 
 namespace {
 
-// A dataset named by path may be any candidate output (an engine's dump names its own), but not one that mhcdiff
-// itself names as something else: residual and grad_residual always have out's shape (x has it when H = 1, comb
-// when D = H), and were read as forward outputs without a word. HDF5 resolves "//" and "." in a path, so the
-// path's components are compared, not its text ("//inputs/residual" is /inputs/residual). A link given another
-// name is taken as what it is named.
-void refuse_other_tensor(const std::string& path, const std::string& dataset) {
+// What mhcdiff names a dataset by its path: an input of the operator (/inputs/...), a gradient (a name grad_*), or
+// a candidate output (anything else); `group` is the path of the group holding it. HDF5 resolves "//" and "." in a
+// path, so the path's components are compared, not its text ("//inputs/residual" is /inputs/residual).
+struct Naming {
+  enum Kind { output, input, gradient } kind = output;
+  std::string group;
+  const char* what() const { return kind == input ? "an input of the operator" : "a gradient"; }
+};
+Naming named_as(const std::string& dataset) {
   std::vector<std::string> parts;
   for (size_t at = 0; at <= dataset.size();) {
     const size_t slash = std::min(dataset.find('/', at), dataset.size());
@@ -29,13 +32,29 @@ void refuse_other_tensor(const std::string& path, const std::string& dataset) {
     if (!part.empty() && part != ".") parts.push_back(part);
     at = slash + 1;
   }
-  const bool input = parts.size() >= 2 && parts.front() == "inputs";
-  if (parts.empty() || (!input && parts.back().rfind("grad_", 0) != 0)) return;
-  std::string group;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) group += "/" + parts[i];
-  throw InputError(fmt::format("{}:{} is {}, not a forward output: fingerprint and extract read out (e.g. {}:{})",
-                               path, dataset, input ? "an input of the operator" : "a gradient", path,
-                               input ? "/results/NAME/out" : group + "/out"));
+  Naming n;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) n.group += "/" + parts[i];
+  if (parts.size() >= 2 && parts.front() == "inputs") n.kind = Naming::input;
+  else if (!parts.empty() && parts.back().rfind("grad_", 0) == 0) n.kind = Naming::gradient;
+  return n;
+}
+
+// A dataset named by path may be any candidate output (an engine's dump names its own), but not one that mhcdiff
+// itself names as something else: residual and grad_residual always have out's shape (x has it when H = 1, comb
+// when D = H), and were read as forward outputs without a word. Nor may it be such a dataset under another name (a
+// hard link, or a soft link to it or to a group on its path): until session 32 a link was taken as what it is named.
+void refuse_other_tensor(const io::TensorFile& file, const std::string& path, const std::string& dataset) {
+  // `as`: the name mhcdiff knows the dataset by, when it is not `dataset`.
+  auto refuse = [&](const Naming& n, const std::string& as) {
+    throw InputError(fmt::format("{}:{} is {}{}, not a forward output: fingerprint and extract read out (e.g. {}:{})",
+                                 path, dataset, as.empty() ? "" : as + " under another name, ", n.what(), path,
+                                 n.kind == Naming::input ? "/results/NAME/out" : n.group + "/out"));
+  };
+  if (const Naming n = named_as(dataset); n.kind != Naming::output) refuse(n, "");
+  std::vector<std::string> groups{"/inputs"};
+  for (const std::string& g : file.policies()) groups.push_back("/results/" + g);
+  for (const std::string& other : file.other_names(dataset, groups))
+    if (const Naming n = named_as(other); n.kind != Naming::output) refuse(n, other);
 }
 
 }  // namespace
@@ -78,7 +97,7 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
       suffix = "/results/" + suffix;
     }
     if (file.exists(suffix)) {
-      refuse_other_tensor(path, suffix);
+      refuse_other_tensor(file, path, suffix);
       src.label = suffix;
       return use(suffix);
     }

@@ -215,6 +215,10 @@ class TensorFile {
   std::vector<std::string> policies() const;
   std::vector<std::pair<std::string, std::string>> unusable_policies() const;  // name, "is a link to …"
   std::vector<std::string> datasets(const std::string& group) const;   // dataset names in a group
+  // The other names, among the datasets of `groups` ("/inputs" gives "/inputs/x", ...), of the object that `dataset`
+  // leads to: a hard link, or a soft link to it or to a group on its path, gives one object several names. Links that
+  // lead nowhere or out of the file are passed over (this asks what a name is, it does not list the groups).
+  std::vector<std::string> other_names(const std::string& dataset, const std::vector<std::string>& groups) const;
   bool exists(const std::string& dataset) const;  // InputError when it is an external link (never followed)
   TensorInfo info(const std::string& dataset) const;
   std::vector<std::pair<std::string, std::string>> attributes(const std::string& object) const;  // as text

@@ -147,6 +147,34 @@ std::vector<std::string> TensorFile::datasets(const std::string& group) const {
   return children(group, H5O_TYPE_DATASET);
 }
 
+std::vector<std::string> TensorFile::other_names(const std::string& dataset,
+                                                 const std::vector<std::string>& groups) const {
+  // An object is its file's number and its address there (HDF5 1.10's object identity; H5Oget_info2's, as above).
+  auto identity = [&](const std::string& name) -> std::optional<std::pair<unsigned long, haddr_t>> {
+    H5O_info_t info;
+    if (H5Oget_info_by_name2(impl_->file.get(), name.c_str(), &info, H5O_INFO_BASIC, detail::local_links()) < 0)
+      return std::nullopt;
+    return std::pair{info.fileno, info.addr};
+  };
+  const auto target = identity(dataset);
+  std::vector<std::string> names;
+  if (!target) return names;
+  for (const std::string& group : groups) {
+    std::vector<std::pair<std::string, std::string>> unusable;
+    std::vector<std::string> datasets;
+    try {
+      datasets = children(group, H5O_TYPE_DATASET, &unusable);
+    } catch (const InputError&) {  // the group itself is an external link
+      continue;
+    }
+    for (const std::string& child : datasets) {
+      const std::string name = (group == "/" ? "" : group) + "/" + child;
+      if (name != dataset && identity(name) == target) names.push_back(name);
+    }
+  }
+  return names;
+}
+
 bool TensorFile::exists(const std::string& dataset) const {
   if (!detail::link_exists(impl_->file.get(), dataset)) {
     // Not there, or behind a link that leads out of the file or nowhere: the latter is said, not "missing".
