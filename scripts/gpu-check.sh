@@ -7,8 +7,9 @@
 #          GTEST_FILTER=...  BENCH_ARGS="--policies exact,fp64 --shape 16384,4,4096"  (quick iterations)
 #          AB="VARIABLE fwd|bwd VARIANT...": also time an experiment (docs/decisions.md): the exact forward or
 #          backward with the environment variable unset and set to each variant, AB_ROUNDS=3 alternating rounds at
-#          AB_SHAPES (default "16384,4,4096 4096,4,4096"), medians summarised, every shape benched with each variant; AB_TEST=FILTER
-#          sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual sanitizer subset.
+#          AB_SHAPES (default "16384,4,4096 4096,4,4096"), medians summarised, every shape benched with each
+#          variant; AB_TEST=FILTER sanitizes the experiment's GPU tests. SKIP_SUBSET_SANITIZER=1 skips the usual
+#          sanitizer subset.
 #          AB_PRESET=realistic times the A/B on `mhcdiff gen`'s inputs of that preset (bench --preset).
 #          Every stage is bounded (TESTS_TIMEOUT, BENCH_TIMEOUT, SANITIZER_TIMEOUT, EXPERIMENT_SANITIZER_TIMEOUT,
 #          TORCH_TIMEOUT). SKIP_AB_BENCH=1 leaves out the A/B's bench of every shape per variant. SASS=PATTERN dumps
@@ -71,7 +72,7 @@ ab_experiment() {
   unset "$variable"
   rm -f "$OUT/ab_call.csv"
   # A variant that prints counters per launch (MHCDIFF_CUDA_BACKWARD=probe) writes them to stderr, one line per launch:
-  # summarised per S (means over the launches, and the largest maxima). Its A/B times include the counters' copies and
+  # summarised per S/H/G (means over the launches, and the largest maxima; "tokens" are warps' shares of tokens). Its A/B times include the counters' copies and
   # a wait for the launch, so they are not comparable with the other variants'.
   grep -h "^probe S=" "$OUT/bench.log" 2>/dev/null | tr -d ':;(),' | awk '
     { s = $2; n[s]++; tok[s] += $8; max_tok[s] = ($10 + 0 > max_tok[s] + 0 ? $10 : max_tok[s]); fin[s] += $13

@@ -417,8 +417,8 @@ TEST(CudaOperator, ExactBackwardAtH4MatchesCpuAtExtremes) {
 }
 
 // The exact backward at H streams and S tokens (past the few-token kernel: one warp per token at H = 4, three at
-// H = 8, both with the chains; below it five and nine): planted ties, weights made like torch.rand's (so that the chains' path runs) and
-// not, and non-finite values.
+// H = 8, both with the chains; below it five and nine warps, without them): planted ties, weights made like
+// torch.rand's (so that the chains' path runs where there are chains) and not, and non-finite values.
 void expect_exact_backward_matches_cpu_with_ties(int H, int64_t S) {
   for (const bool quantised : {false, true}) {
     Inputs in = random_inputs(Shape{S, H, 1032}, 2004 + S + H + quantised);
@@ -468,7 +468,8 @@ class ScopedEnv {
 };
 
 // The exact backward's few-token kernels (S below two tokens per multiprocessor: five warps per token at H = 4, nine
-// at H = 8), whose declined dot products are finished by chunks since session 32.
+// at H = 8; 100 tokens are few on GPUs of at least 51 multiprocessors), whose declined dot products are finished by
+// chunks since session 32.
 TEST(CudaOperator, ExactBackwardFewTokensMatchesCpu) {
   SKIP_WITHOUT_GPU();
   for (const int H : {4, 8}) expect_exact_backward_matches_cpu_with_ties(H, 100);

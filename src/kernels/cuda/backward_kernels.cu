@@ -91,16 +91,17 @@ __device__ Probe g_probe;  // one set of counters: probed launches must not over
 //   scalar: one value per load and iteration, for any alignment (the generic kernel's rows).
 //   chunks: rows aligned and D % 8 == 0 (the specialised kernels): 16-byte loads, four chunks of each row in flight
 //     per round; the first pass unrolled over a chunk's eight values, the certified pass rolled over one chunk at a
-//     time and one value per iteration. Short machine code: the finishing runs for about one token in 23 (bench
+//     time and one value per iteration. Short machine code: the finishing runs for about one token in 25 (bench
 //     data, H = 4), so its code is cold when it runs, and fetching it waits on L2 while the multiprocessor's other
 //     warps keep theirs. The kernel at H = 4 past the few-token one is 5024 instructions with it, 10552 with the same
 //     loads and every loop unrolled (eight chunks in flight; `vf`, session 31's default there). H200, s32-1 (medians
 //     of three alternating rounds): against `vf` 16384 x 4 x 4096 0.5020 -> 0.4939 ms (90.2 -> 91.8 % of copy),
 //     4096 x 4 x 4096 0.1602 -> 0.1580 ms; against `scalar` 0.5217 and 0.1698 ms. H100, s32-2, against `scalar`
-//     (the form of every other specialised kernel until then): 16384 x 4 x 4096 -2.6 %, 4096 x 4 x 4096 -3.3 %,
-//     8192 x 8 x 4096 -2.6 %, 128 x 4 x 4096 (the few-token kernel) -9.0 %. Not faster (H100, s32-2 and s32-3): the
-//     first pass rolled too (`tiny`), and asking L2 for every line of both rows first, with (`prefetch4`) or without
-//     (`prefetch`) four chunks per round in the certified pass.
+//     (the form of every other specialised kernel until then): 16384 x 4 x 4096 -2.6 %, 4096 x 4 x 4096 -3.2 %,
+//     8192 x 8 x 4096 -2.5 %, 128 x 4 x 4096 (the few-token kernel) -8.2 %; the H = 1 and H = 2 exact kernels take
+//     it untimed (their GPU tests pass with it). Not adopted (H100, s32-2 and s32-3): the first pass rolled too
+//     (`tiny`: +1.3 % at the target shape, -4.9 % at 128 tokens), and asking L2 for every line of both rows first,
+//     with (`prefetch4`) or without (`prefetch`) four chunks per round in the certified pass (within the spread).
 enum class FinishForm { scalar, chunks };
 constexpr int kFinishBatch = 4;  // chunks of each row per round of loads (chunks)
 
@@ -800,12 +801,14 @@ void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs&
   launch_backward_fast_kernel<M, H, G, Pol, kChains, kProbe>(pol, in, out, fb, stream);
   MHC_CUDA_CHECK(cudaMemcpyFromSymbolAsync(&p, g_probe, sizeof p, 0, cudaMemcpyDeviceToHost, stream));
   MHC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // "Tokens" are warps' shares of tokens (G per token).
   std::fprintf(stderr,
-               "probe S=%lld: tokens %llu, cycles per token %.0f (max %llu); tokens finishing %llu, dots %llu, "
-               "finishing cycles per token %.0f (max %llu)\n",
-               static_cast<long long>(in.shape.S), p.tokens, double(p.token_cycles) / double(std::max(p.tokens, 1ull)),
-               p.token_max, p.finishing_tokens, p.finishing_dots,
-               double(p.finishing_cycles) / double(std::max(p.finishing_tokens, 1ull)), p.finishing_max);
+               "probe S=%lld/H=%d/G=%d: tokens %llu, cycles per token %.0f (max %llu); tokens finishing %llu, "
+               "dots %llu, finishing cycles per token %.0f (max %llu)\n",
+               static_cast<long long>(in.shape.S), H, G, p.tokens,
+               double(p.token_cycles) / double(std::max(p.tokens, 1ull)), p.token_max, p.finishing_tokens,
+               p.finishing_dots, double(p.finishing_cycles) / double(std::max(p.finishing_tokens, 1ull)),
+               p.finishing_max);
 }
 
 // A specialised kernel, or at H = 4 and H = 8 for exact the variant MHCDIFF_CUDA_BACKWARD names.
@@ -881,7 +884,7 @@ bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const B
 
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                      cudaStream_t stream) {
-  (void)backward_experiment();  // a misspelt experiment is refused whatever the launch (it applies to one kernel)
+  (void)backward_experiment();  // a misspelt variant is refused whatever the launch (it applies to exact kernels only)
   if (in.shape.S == 0) return;
   if (backward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
@@ -906,8 +909,7 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 }
 
 unsigned backward_experiment() {
-  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD",
-                                     {{"probe", kProbe}}, 0);
+  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD", {{"probe", kProbe}}, 0);
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
