@@ -72,8 +72,8 @@ ab_experiment() {
   unset "$variable"
   rm -f "$OUT/ab_call.csv"
   # A variant that prints counters per launch (MHCDIFF_CUDA_BACKWARD=probe) writes them to stderr, one line per launch:
-  # summarised per S/H/G (means over the launches, and the largest maxima; "tokens" are warps' shares of tokens). Its A/B times include the counters' copies and
-  # a wait for the launch, so they are not comparable with the other variants'.
+  # summarised per S/H/G (means over the launches, and the largest maxima; "tokens" are warps' shares of tokens). Its
+  # A/B times include the counters' copies and a wait for the launch, so they are not comparable with the others'.
   grep -h "^probe S=" "$OUT/bench.log" 2>/dev/null | tr -d ':;(),' | awk '
     { s = $2; n[s]++; tok[s] += $8; max_tok[s] = ($10 + 0 > max_tok[s] + 0 ? $10 : max_tok[s]); fin[s] += $13
       dots[s] += $15; cyc[s] += $20; max_fin[s] = ($22 + 0 > max_fin[s] + 0 ? $22 : max_fin[s]) }

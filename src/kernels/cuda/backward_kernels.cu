@@ -801,7 +801,6 @@ void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs&
   launch_backward_fast_kernel<M, H, G, Pol, kChains, kProbe>(pol, in, out, fb, stream);
   MHC_CUDA_CHECK(cudaMemcpyFromSymbolAsync(&p, g_probe, sizeof p, 0, cudaMemcpyDeviceToHost, stream));
   MHC_CUDA_CHECK(cudaStreamSynchronize(stream));
-  // "Tokens" are warps' shares of tokens (G per token).
   std::fprintf(stderr,
                "probe S=%lld/H=%d/G=%d: tokens %llu, cycles per token %.0f (max %llu); tokens finishing %llu, "
                "dots %llu, finishing cycles per token %.0f (max %llu)\n",
