@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """How many steps of the exact backward's chains take the path without intervals, on an input file.
 
-A host model (numpy) of the test the exact backward's chains make (backward_kernels.cu, H = 4, one warp per token; numerics/exact_filter.hpp): a token's window is the smallest exact_chain_window of its five
-weight rows (post, then comb[hi, ·] for each hi); lane l's step i covers chunk j = l + 32·i (8 positions) of the four
-gradient rows, whose exact_chain_spread (largest magnitude's exponent minus the lowest bit the smallest non-zero one can
-have) must not exceed the window; the warp takes the path only when all its lanes qualify (__all_sync). Both windows
+A host model (numpy) of the test the exact backward's chains make (backward_kernels.cu, H = 4, one warp per token;
+numerics/exact_filter.hpp): a token's window is the smallest exact_chain_window of its five weight rows (post, then
+comb[hi, ·] for each hi); lane l's step i covers chunk j = l + 32·i (8 positions) of the four gradient rows, whose
+exact_chain_spread (largest magnitude's exponent minus the lowest bit the smallest non-zero one can have) must not
+exceed the window; the warp takes the path only when all its lanes qualify (__all_sync). Both windows
 are modelled: from the weights' lowest set bits (the kernel's) and from their exponents - 23 (session 25's).
 Reads /inputs/post, /inputs/comb and /inputs/grad_out of a file `mhcdiff gen --grad` wrote (comb as [s, src, dst]).
   usage: scripts/sim_chain_windows.py FILE.h5     e.g. after mhcdiff gen --preset randn --shape 2048,4,4096 --seed 1 --grad
