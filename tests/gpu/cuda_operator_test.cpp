@@ -475,13 +475,14 @@ TEST(CudaOperator, ExactBackwardFewTokensMatchesCpu) {
   for (const int H : {4, 8}) expect_exact_backward_matches_cpu_with_ties(H, 100);
 }
 
-// The variants behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): since session 32 only `probe`
-// (the default with counters), in every exact kernel at H = 4 and H = 8 (the few-token ones included) and at the
-// H = 4 kernel's extremes; an experiment added to the switch joins the list, so that a device session times only
+// The variants behind MHCDIFF_CUDA_BACKWARD (backward_kernels.cu, docs/decisions.md): `probe` (counters, the dot
+// products finished where declined), `defer` (they are finished by a second kernel at every S) and `inline` (at none;
+// the default defers below four waves of tokens past the few-token kernels), in every exact kernel at H = 4 and H = 8
+// (the few-token ones included) and at the H = 4 kernel's extremes; an experiment added to the switch joins the list, so that a device session times only
 // variants that already match the CPU bit for bit.
 TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (const char* variant : {"probe"}) {
+  for (const char* variant : {"probe", "defer", "inline"}) {
     const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", variant);
     ASSERT_NE(cuda::backward_experiment(), 0u) << variant;
     SCOPED_TRACE(variant);
@@ -491,6 +492,102 @@ TEST(CudaOperator, BackwardExperimentsMatchCpu) {
   }
   const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "no-such-variant");
   EXPECT_THROW(cuda::backward_experiment(), InputError);
+}
+
+template <class T>
+cuda::DeviceBuffer<T> to_device(const std::vector<T>& host) {
+  cuda::DeviceBuffer<T> d(host.size());
+  if (!host.empty()) {
+    EXPECT_EQ(cudaMemcpy(d.get(), host.data(), d.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  return d;
+}
+
+template <class T>
+std::vector<T> to_host(const cuda::DeviceBuffer<T>& d) {
+  std::vector<T> host(d.size());
+  if (!host.empty()) {
+    EXPECT_EQ(cudaMemcpy(host.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return host;
+}
+
+// The exact backward's deferred finishing (launch_backward's DeferredDots) with a list of `capacity` items, launched
+// twice on one scratch (the second launch finds the counters the first left). Every dot product of 12 tokens is a
+// binary32 tie (1 + 2^-24), which the filter declines (240 at H = 4), and the ∂post dot products of token 3 are
+// ties plus 2^-200, which neither the exactness test nor the certified accumulators settle (a spread of 200 bits),
+// so they are listed for the host. With no room every declined dot product is finished by the warp that declined it,
+// with five the rest are, with the default room none are: the stored values (the listed ones aside, which the host
+// recomputes) are the CPU's, and the list for the host is the same, whoever finished them.
+std::vector<unsigned long long> expect_deferred_dots_match_cpu(int64_t S, unsigned capacity) {
+  const int H = 4;
+  const int64_t D = 1032;
+  Inputs in = random_inputs(Shape{S, H, D}, 2400 + S);
+  auto plant_ties = [&](int64_t s, bool with_tiny_term) {
+    for (int64_t d = 0; d < D; ++d) {
+      const float v = d == 0 ? 1.0f : d == 1 ? 0x1p-24f : d == 2 && with_tiny_term ? 0x1p-100f : 0.0f;
+      in.x[s * D + d] = round_to_bf16_rne(v);
+      for (int h = 0; h < H; ++h) {
+        in.residual[(s * H + h) * D + d] = round_to_bf16_rne(with_tiny_term ? 0.0f : v);
+        in.grad_out[(s * H + h) * D + d] = round_to_bf16_rne(d < 2 ? 1.0f : d == 2 ? 0x1p-100f : 0.0f);
+      }
+    }
+  };
+  for (int64_t s = 10; s < 10 + 12 * 7; s += 7) plant_ties(s, false);
+  plant_ties(3, true);
+  const Policy exact = find_policy("exact");
+  PolicyResult cpu;
+  allocate_result(cpu, in.shape, false, true);
+  backward_cpu(exact.desc, in.view(), backward_outputs(cpu));
+
+  const auto x = to_device(in.x), residual = to_device(in.residual), grad_out = to_device(in.grad_out);
+  const auto post = to_device(in.post), comb = to_device(in.comb);
+  const InputsView view{in.shape, x.get(), residual.get(), post.get(), comb.get(), grad_out.get()};
+  cuda::DeviceBuffer<bf16_bits> grad_x(in.x.size()), grad_residual(in.residual.size());
+  cuda::DeviceBuffer<float> grad_post(in.post.size()), grad_comb(in.comb.size());
+  cuda::DeviceBuffer<unsigned long long> fallback_count(1), fallback_items(1024);
+  const cuda::FallbackList fallback{fallback_count.get(), fallback_items.get(), fallback_items.size()};
+  const cuda::DeferredDotScratch deferred(capacity);
+  std::vector<unsigned long long> listed;
+  for (int launch = 0; launch < 2; ++launch) {
+    const std::string at = fmt::format("S={} capacity={} launch {}", S, capacity, launch);
+    // Poisoned: an element no kernel writes cannot pass.
+    for (auto [p, n] : {std::pair<void*, size_t>{grad_x.get(), grad_x.bytes()}, {grad_residual.get(), grad_residual.bytes()},
+                        {grad_post.get(), grad_post.bytes()}, {grad_comb.get(), grad_comb.bytes()}})
+      EXPECT_EQ(cudaMemset(p, 0xff, n), cudaSuccess);
+    EXPECT_EQ(cudaMemset(fallback_count.get(), 0, sizeof(unsigned long long)), cudaSuccess);
+    cuda::launch_backward(exact.desc, view, {grad_x.get(), grad_residual.get(), grad_post.get(), grad_comb.get()},
+                          fallback, nullptr, deferred.view());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << at;
+    std::vector<unsigned long long> items = to_host(fallback_items);
+    items.resize(std::min<size_t>(to_host(fallback_count)[0], items.size()));
+    std::sort(items.begin(), items.end());
+    std::vector<float> gpu_post = to_host(grad_post);
+    for (const unsigned long long item : items)
+      if (static_cast<cuda::FallbackKind>(item >> cuda::kFallbackKindShift) == cuda::FallbackKind::grad_post)
+        gpu_post[item & cuda::kFallbackIndexMask] = cpu.grad_post[item & cuda::kFallbackIndexMask];
+    expect_identical(to_host(grad_x), cpu.grad_x, at + " grad_x");
+    expect_identical(to_host(grad_residual), cpu.grad_residual, at + " grad_residual");
+    expect_identical(gpu_post, cpu.grad_post, at + " grad_post (listed elements aside)");
+    expect_identical(to_host(grad_comb), cpu.grad_comb, at + " grad_comb");
+    if (launch == 1) {
+      EXPECT_EQ(items, listed) << at << ": the second launch listed other elements";
+    }
+    listed = items;
+  }
+  return listed;
+}
+
+// MHCDIFF_CUDA_BACKWARD=defer defers at every S: past the few-token kernel (300 tokens) and in it (100).
+TEST(CudaOperator, DeferredDotsMatchCpuWhateverTheListHolds) {
+  SKIP_WITHOUT_GPU();
+  const ScopedEnv env("MHCDIFF_CUDA_BACKWARD", "defer");
+  for (const int64_t S : {int64_t{300}, int64_t{100}}) {
+    const std::vector<unsigned long long> inline_list = expect_deferred_dots_match_cpu(S, 0);
+    ASSERT_EQ(inline_list.size(), 4u) << "token 3's four ∂post dot products must be listed for the host";
+    for (const unsigned capacity : {5u, cuda::kDeferredDotCapacity})
+      EXPECT_EQ(expect_deferred_dots_match_cpu(S, capacity), inline_list) << "S=" << S << " capacity=" << capacity;
+  }
 }
 
 // The exact forward where each block row loops over tokens (from 1024 tokens on, forward_exact_grid) and asks L2

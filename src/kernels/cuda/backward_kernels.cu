@@ -81,6 +81,10 @@ __device__ __forceinline__ int dot_filter_depth(int64_t D) {
 // of the tokens and of their finishing, in g_probe, printed to stderr after each launch: what a token and its
 // finishing take on the device. The experiments that used the same switch are listed in docs/cuda.md.
 enum : unsigned { kProbe = 2 };
+// MHCDIFF_CUDA_BACKWARD=defer / inline: the declined dot products deferred to finish_deferred_dots_kernel at every S,
+// or at none (at H = 4 and H = 8; the default defers below a few waves of tokens, Deferral). The launch's choice, not
+// a bit of kX.
+enum : unsigned { kDeferAll = 4, kDeferNever = 8 };
 struct Probe {
   unsigned long long tokens, token_cycles, token_max, finishing_tokens, finishing_dots, finishing_cycles, finishing_max;
 };
@@ -202,6 +206,19 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
   if (!r.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
 }
 
+// Warp-collective: lists dot product q of token s for finish_deferred_dots_kernel; false when there is no list or
+// it is full, and the caller finishes it.
+__device__ __noinline__ bool defer_dot(const DeferredDots& dd, int64_t s, int q) {
+  if (dd.items == nullptr) return false;
+  const bool leader = (threadIdx.x & 31) == 0;
+  unsigned slot = 0;
+  if (leader) slot = atomicAdd(dd.counters, 1u);
+  slot = __shfl_sync(kFullMask, slot, 0);
+  if (slot >= dd.capacity) return false;
+  if (leader) dd.items[slot] = DeferredDot{s, q};
+  return true;
+}
+
 // Warp-collective: settles dot product q of token s from the lanes' filters (lane 0 stores it), through
 // finish_dot_exact when the filter declines.
 __device__ __forceinline__ void settle_dot_exact(InputsView in, BackwardOutputs out, FallbackList fb, int64_t s, int q,
@@ -254,8 +271,8 @@ __device__ __forceinline__ T lane_tree(const T* column, int stride) {
 
 template <int H, int N, FinishForm kForm, unsigned kX = 0>
 __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const BackwardOutputs& out,
-                                                  const FallbackList& fb, int64_t s, int row0, DotScratch<N> scratch,
-                                                  int depth) {
+                                                  const FallbackList& fb, const DeferredDots& dd, int64_t s, int row0,
+                                                  DotScratch<N> scratch, int depth) {
   constexpr int kStride = DotScratch<N>::kStride;
   const double* const sums = scratch.sums;
   const float* const bounds = scratch.bounds;
@@ -281,7 +298,8 @@ __device__ __forceinline__ void settle_dots_exact(const InputsView& in, const Ba
     ExactDotFilter merged;
     merged.s = __shfl_sync(kFullMask, f.s, i);
     merged.bound = __shfl_sync(kFullMask, f.bound, i);
-    finish_dot_exact<kForm>(in, out, fb, s, dot_number(row0 + i / H, i % H, H), merged);
+    const int q = dot_number(row0 + i / H, i % H, H);
+    if (!defer_dot(dd, s, q)) finish_dot_exact<kForm>(in, out, fb, s, q, merged);
   }
   if constexpr ((kX & kProbe) != 0)
     if (declined != 0 && lane == 0) {
@@ -399,7 +417,7 @@ inline constexpr bool kDotLaneBound = M == Mode::exact && (H != 4 || G == 1);
 // without (1.59 -> 1.77 ms, s29-1): one row per warp pays the chain test once per row.
 template <Mode M, int H, int G, class Pol, bool kChains = false, unsigned kX = 0>
 __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBlocks<M>)
-    backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb) {
+    backward_fast_kernel(Pol pol, InputsView in, BackwardOutputs out, FallbackList fb, DeferredDots dd) {
   using T = RoundedT<M>;
   constexpr bool kLaneBound = kDotLaneBound<M, H, G>;
   static_assert(!kChains || M == Mode::exact, "chains: the exact kernels");
@@ -579,7 +597,7 @@ __global__ void __launch_bounds__(backward_block_warps(G) * 32, kBackwardMinBloc
         acc[r][ho].unscale();  // the lane's chain ran on scaled values (bw)
         scratch.put(lane, i, acc[r][ho]);
       }
-      settle_dots_exact<H, R * H, FinishForm::chunks, kX>(in, out, fb, s, row0, scratch, dot_filter_depth(D));
+      settle_dots_exact<H, R * H, FinishForm::chunks, kX>(in, out, fb, dd, s, row0, scratch, dot_filter_depth(D));
       if constexpr ((kX & kProbe) != 0)
         if (lane == 0) {
           const auto cycles = static_cast<unsigned long long>(clock64() - token_start);
@@ -771,23 +789,115 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
   }
 }
 
+// ---- Deferred finishing: the declined dot products of a launch, in a second kernel ----------------------------
+// finish_dot_exact costs a token about half a token more (probe, s32-1), and a kernel whose last token finishes a dot
+// product ends that much later: without it the H = 4 kernel took 4.2 % less at 16384 x 4 x 4096 and 11 % less at 4096
+// tokens (H100, s31-1, `nofinish`), and it is most of the exact backward's gap to fp64's below a wave. Its first pass
+// is cheap; what takes long is the certified accumulators of the one in about eleven that it cannot settle: one
+// warp adding every product of two rows in a dependent chain per lane (on an idle GPU as long, s33-2: the list
+// finished by a warp each, with finish_dot_exact, cost as much time as it saved). So under MHCDIFF_CUDA_BACKWARD=defer
+// the warps list what their filters decline (defer_dot) and this kernel gives each listed dot product a whole block,
+// every product in its own certified accumulator chain, eight warps' worth, merged in shared memory. It leaves out the
+// exactness test: the accumulators' value, RN32 of the exact sum, is what that test stores when it holds (a sum it
+// proves exact has a spread of at most 54 + log2(D) bits, so the accumulators certify it too), and they list for the
+// host exactly what finish_dot_exact lists. The accumulators are exact and their certificate depends on the terms
+// alone, not on the order (numerics/exact_sum.hpp), so any split of the terms gives the same bits. The last block to
+// leave zeroes the counters for the next launch, after every block has read them.
+constexpr int kDeferredWarps = 8;  // per block (a dot product); a block per multiprocessor, looping over the list
+constexpr int kDeferredBatch = 2;  // chunks of each row per thread and round: D = 4096 in one round
+
+__global__ void __launch_bounds__(kDeferredWarps * 32)
+    finish_deferred_dots_kernel(InputsView in, BackwardOutputs out, FallbackList fb, DeferredDots dd) {
+  __shared__ ExactAccumulator warp_sums[kDeferredWarps];
+  const unsigned listed = min(*dd.counters, dd.capacity);
+  const int H = in.shape.H;
+  const int64_t D = in.shape.D;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32;
+  for (unsigned i = blockIdx.x; i < listed; i += gridDim.x) {
+    const DeferredDot item = dd.items[i];
+    const int64_t s = item.token;
+    const int q = item.dot;
+    const bool post_path = q < H;
+    const bf16_bits* a = in.grad_out + (s * H + dot_grad_row(q, H)) * D;
+    const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + dot_residual_row(q, H)) * D;
+    ExactAccumulator acc;
+    const uint4* const a4 = reinterpret_cast<const uint4*>(a);
+    const uint4* const b4 = reinterpret_cast<const uint4*>(b);
+    constexpr int kThreads = kDeferredWarps * 32;
+    const int64_t chunks = D / kChunk;
+    for (int64_t j0 = threadIdx.x; j0 < chunks; j0 += kDeferredBatch * kThreads) {
+      uint4 va[kDeferredBatch], vb[kDeferredBatch];  // every load of the round in flight before the additions
+#pragma unroll
+      for (int k = 0; k < kDeferredBatch; ++k) {
+        const int64_t j = j0 + k * kThreads;
+        va[k] = j < chunks ? __ldg(a4 + j) : make_uint4(0, 0, 0, 0);
+        vb[k] = j < chunks ? __ldg(b4 + j) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int k = 0; k < kDeferredBatch; ++k) {
+        if (j0 + k * kThreads >= chunks) break;  // no padding terms: a zero term would change the sign of a zero sum
+        const Chunk ca = chunk_from(va[k]), cb = chunk_from(vb[k]);
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e)
+          acc.add(mul_rn64(bf16_to_float(chunk_bits(ca, e)), bf16_to_float(chunk_bits(cb, e))));
+      }
+    }
+    acc = warp_tree_merge(acc);
+    if (lane == 0) warp_sums[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kDeferredWarps; ++w) acc.merge(warp_sums[w]);
+      const ExactRounded r = acc.result();
+      const int64_t index = dot_index(s, q, H);
+      (post_path ? out.grad_post : out.grad_comb)[index] = r.fp32();
+      if (!r.certified) push_fallback(fb, post_path ? FallbackKind::grad_post : FallbackKind::grad_comb, index);
+    }
+    __syncthreads();  // warp_sums read before the next dot product's
+  }
+  __syncthreads();  // every thread has read the counters
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(dd.counters + 1, 1u) == gridDim.x - 1) dd.counters[0] = dd.counters[1] = 0;
+  }
+}
+
 // ---- Launch configuration ---------------------------------------------------------------------------------
 
+// Whether a launch defers the dot products its exact kernel declines to finish_deferred_dots_kernel: never, always,
+// or (the default past the few-token kernels at H = 4 and H = 8) when S is at most kDeferredWaves times the tokens
+// the kernel holds on the device at once. H100, s33-5, medians of three alternating rounds against finishing where
+// declined: 512 x 4 x 4096 -28.4 % (0.0581 -> 0.0416 ms; 1.9 waves of the kernel's 1056 resident tokens at H = 4),
+// 1024 x 4 x 7168 -24.4 %, 2048 x 4 x 4096 -9.0 %, 4096 x 4 x 4096 (3.9 waves) -3.1 %, 1024 x 8 x 4096 (3.9 waves of
+// 264) -3.9 %; slower at 16384 x 4 x 4096 (15.5 waves) +1.4 %, 8192 x 8 x 4096 +0.7 % and, in the few-token kernel,
+// 128 x 4 x 4096 +15 %, where the second kernel's launch costs more than the finishing it takes off the last token.
+enum class Deferral { none, always, below_waves };
+constexpr int64_t kDeferredWaves = 4;
+
+// deferred: the scratch for DeferredDots, used as `deferral` says.
 template <Mode M, int H, int G, class Pol, bool kChains = false, unsigned kX = 0>
 void launch_backward_fast_kernel(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream) {
+                                 const DeferredDots& deferred, Deferral deferral, cudaStream_t stream) {
   constexpr int kTokensPerBlock = backward_block_warps(G) / G;
   constexpr size_t bytes = backward_ring_bytes(H, G);
   const auto kernel = backward_fast_kernel<M, H, G, Pol, kChains, kX>;
-  // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel.
-  static const bool allowed = [&] {
+  // Above 48 KB a kernel's dynamic shared memory must be allowed explicitly, once per kernel; then the blocks that fit
+  // on the device at once are asked for (once per kernel), for the deferral's waves.
+  static const int64_t resident_tokens = [&] {
     MHC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    return true;
+    int per_sm = 0;
+    MHC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, backward_block_warps(G) * 32, bytes));
+    return std::max<int64_t>(int64_t(per_sm) * multiprocessor_count() * kTokensPerBlock, 1);
   }();
-  (void)allowed;
+  const bool defer = deferral == Deferral::always ||
+                     (deferral == Deferral::below_waves && in.shape.S <= kDeferredWaves * resident_tokens);
+  const DeferredDots dd = defer ? deferred : DeferredDots{};
   const int64_t token_blocks = (in.shape.S + kTokensPerBlock - 1) / kTokensPerBlock;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(token_blocks, 1 << 24));
-  kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb);
+  kernel<<<blocks, backward_block_warps(G) * 32, bytes, stream>>>(pol, in, out, fb, dd);
+  MHC_CUDA_CHECK_LAUNCH();
+  if (dd.items == nullptr) return;
+  finish_deferred_dots_kernel<<<multiprocessor_count(), kDeferredWarps * 32, 0, stream>>>(in, out, fb, dd);
   MHC_CUDA_CHECK_LAUNCH();
 }
 
@@ -798,7 +908,7 @@ void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs&
                            cudaStream_t stream) {
   Probe p{};
   MHC_CUDA_CHECK(cudaMemcpyToSymbolAsync(g_probe, &p, sizeof p, 0, cudaMemcpyHostToDevice, stream));
-  launch_backward_fast_kernel<M, H, G, Pol, kChains, kProbe>(pol, in, out, fb, stream);
+  launch_backward_fast_kernel<M, H, G, Pol, kChains, kProbe>(pol, in, out, fb, {}, Deferral::none, stream);
   MHC_CUDA_CHECK(cudaMemcpyFromSymbolAsync(&p, g_probe, sizeof p, 0, cudaMemcpyDeviceToHost, stream));
   MHC_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::fprintf(stderr,
@@ -813,10 +923,15 @@ void launch_backward_probe(Pol pol, const InputsView& in, const BackwardOutputs&
 // A specialised kernel, or at H = 4 and H = 8 for exact the variant MHCDIFF_CUDA_BACKWARD names.
 template <Mode M, int H, int G, class Pol, bool kChains = false>
 void launch_backward_fast(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                          cudaStream_t stream) {
-  if constexpr (M == Mode::exact && (H == 4 || H == 8))
-    if (backward_experiment() == kProbe) return launch_backward_probe<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
-  launch_backward_fast_kernel<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
+                          const DeferredDots& deferred, cudaStream_t stream) {
+  Deferral deferral = Deferral::none;
+  if constexpr (M == Mode::exact && (H == 4 || H == 8)) {
+    const unsigned experiment = backward_experiment();
+    if (experiment == kProbe) return launch_backward_probe<M, H, G, Pol, kChains>(pol, in, out, fb, stream);
+    if (experiment == kDeferAll) deferral = Deferral::always;
+    else if (experiment != kDeferNever && G == kTokenWarps<M, H>) deferral = Deferral::below_waves;
+  }
+  launch_backward_fast_kernel<M, H, G, Pol, kChains>(pol, in, out, fb, deferred, deferral, stream);
 }
 
 // H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
@@ -825,22 +940,22 @@ void launch_backward_fast(Pol pol, const InputsView& in, const BackwardOutputs& 
 // token was faster).
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                cudaStream_t stream) {
+                                const DeferredDots& deferred, cudaStream_t stream) {
   if constexpr (kFewTokenWarps<M, H> != kTokenWarps<M, H>)
     if (in.shape.S < 2 * multiprocessor_count())
-      return launch_backward_fast<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, stream);
+      return launch_backward_fast<M, H, kFewTokenWarps<M, H>>(pol, in, out, fb, deferred, stream);
   constexpr bool kChains = M == Mode::exact && (H == 4 || H == 8);  // the chains (above backward_fast_kernel)
-  launch_backward_fast<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, stream);
+  launch_backward_fast<M, H, kTokenWarps<M, H>, Pol, kChains>(pol, in, out, fb, deferred, stream);
 }
 
 template <Mode M, class Pol>
 void launch_backward_specialised(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                                 cudaStream_t stream) {
+                                 const DeferredDots& deferred, cudaStream_t stream) {
   switch (in.shape.H) {
-    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, stream);
-    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, stream);
-    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, stream);
-    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, stream);
+    case 1: return launch_backward_for_tokens<M, 1>(pol, in, out, fb, deferred, stream);
+    case 2: return launch_backward_for_tokens<M, 2>(pol, in, out, fb, deferred, stream);
+    case 4: return launch_backward_for_tokens<M, 4>(pol, in, out, fb, deferred, stream);
+    case 8: return launch_backward_for_tokens<M, 8>(pol, in, out, fb, deferred, stream);
   }
   // Reaching here would leave the gradients unwritten: fail loudly instead.
   throw std::logic_error("no specialised backward kernel for H = " + std::to_string(in.shape.H));
@@ -882,16 +997,16 @@ bool backward_is_specialised(const PolicyDesc& pd, const InputsView& in, const B
 }  // namespace
 
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const DeferredDots& deferred) {
   (void)backward_experiment();  // a misspelt variant is refused whatever the launch (it applies to exact kernels only)
   if (in.shape.S == 0) return;
   if (backward_is_specialised(pd, in, out)) {
     if (pd.accumulator == Accumulator::exact) {
-      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, stream);
+      launch_backward_specialised<Mode::exact>(RuntimePolicy{pd}, in, out, fb, deferred, stream);
       return;
     }
     with_static_preset(pd, [&](auto pol) {
-      launch_backward_specialised<static_mode<decltype(pol)>()>(pol, in, out, fb, stream);
+      launch_backward_specialised<static_mode<decltype(pol)>()>(pol, in, out, fb, {}, stream);
       return true;
     });
     return;
@@ -908,7 +1023,8 @@ void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardO
 }
 
 unsigned backward_experiment() {
-  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD", {{"probe", kProbe}}, 0);
+  return experiment_switch<unsigned>("MHCDIFF_CUDA_BACKWARD",
+                                    {{"probe", kProbe}, {"defer", kDeferAll}, {"inline", kDeferNever}}, 0);
 }
 
 const char* backward_kernel_family(const PolicyDesc& pd, const InputsView& in) {

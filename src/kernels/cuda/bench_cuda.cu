@@ -172,6 +172,7 @@ ShapeTiming bench_shape(const Shape& sh, const std::vector<Policy>& policies, co
   DeviceBuffer<float> grad_post(size_t(sh.S) * sh.H), grad_comb(size_t(sh.S) * sh.H * sh.H);
   DeviceBuffer<unsigned long long> fb_count(1), fb_items(1 << 16);
   const FallbackList fallback{fb_count.get(), fb_items.get(), fb_items.size()};
+  const DeferredDotScratch deferred;
   const ForwardOutputs fwd_out{out.get(), nullptr};
   const BackwardOutputs bwd_out{grad_x.get(), grad_residual.get(), grad_post.get(), grad_comb.get()};
 
@@ -207,7 +208,7 @@ ShapeTiming bench_shape(const Shape& sh, const std::vector<Policy>& policies, co
     KernelTiming b{p.name, true};
     auto [bm, bmin] = timer.time(opt.reps, kWarmup, [&](int rep) {
       MHC_CUDA_CHECK(cudaMemsetAsync(fb_count.get(), 0, sizeof(unsigned long long)));
-      launch_backward(p.desc, inputs[rep % sets].view(sh), bwd_out, fallback, nullptr);
+      launch_backward(p.desc, inputs[rep % sets].view(sh), bwd_out, fallback, nullptr, deferred.view());
     });
     b.median_ms = bm, b.min_ms = bmin, b.bytes = backward_bytes(sh);
     b.fallback_elements = fallbacks_of_last_launch();

@@ -55,6 +55,7 @@ struct DeviceSlab {
   DeviceBuffer<bf16_bits> x, residual, grad_out;
   DeviceBuffer<float> post, comb;
   DeviceBuffer<unsigned long long> fallback_count, fallback_items;
+  DeferredDotScratch deferred;  // the exact backward's (launch_backward)
 
   DeviceSlab(const Shape& slab, bool with_grad)
       : x(size_t(slab.S) * slab.D),
@@ -63,7 +64,8 @@ struct DeviceSlab {
         post(size_t(slab.S) * slab.H),
         comb(size_t(slab.S) * slab.H * slab.H),
         fallback_count(1),
-        fallback_items(kFallbackCapacity) {}
+        fallback_items(kFallbackCapacity),
+        deferred(with_grad ? kDeferredDotCapacity : 0) {}
 
   // Copies tokens [s0, s0 + count) of `in` and returns the device view of them.
   InputsView upload(const InputsView& in, int64_t s0, int64_t count) {
@@ -224,7 +226,7 @@ RunStats backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutp
                                optional_device(d_gr64, out.grad_residual_f64),
                                optional_device(d_gp64, out.grad_post_f64),
                                optional_device(d_gc64, out.grad_comb_f64)};
-    launch_backward(pd, din, dout, dev.fallback(), nullptr);
+    launch_backward(pd, din, dout, dev.fallback(), nullptr, dev.deferred.view());
     MHC_CUDA_CHECK(cudaDeviceSynchronize());
     const BackwardOutputs hout = host_slab(out, sh, s0);
     to_host(hout.grad_x, d_gx.get(), size_t(count) * D);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_check.hpp"
 #include "kernels/exact_terms.hpp"
 #include "kernels/tensors.hpp"
 #include "policy/policy.hpp"
@@ -21,6 +22,35 @@ struct FallbackList {
   unsigned long long capacity = 0;
 };
 
+// The exact backward's dot products its filter declined, when a second kernel finishes them instead of the warp
+// that declined them (launch_backward; docs/cuda.md, "Deferred finishing"): device scratch owned by the caller,
+// `capacity` items and two counters that are zero when allocated and that every launch leaves zero. A dot product
+// that finds the list full is finished where it was declined, as is every one when `items` is null.
+struct DeferredDot {
+  int64_t token;
+  int dot;  // q < H: ∂post[q]; q = H + hi·H + ho: ∂comb[hi, ho]
+};
+struct DeferredDots {
+  DeferredDot* items = nullptr;
+  unsigned* counters = nullptr;  // [0]: items listed (may pass capacity); [1]: blocks of the second kernel done
+  unsigned capacity = 0;
+};
+
+// DeferredDots' scratch, allocated and zeroed (a few hundred kilobytes at kDeferredDotCapacity: deferring runs
+// below about a wave of tokens, where at most S·(H + H²) dot products can be declined).
+inline constexpr unsigned kDeferredDotCapacity = 1u << 14;
+class DeferredDotScratch {
+ public:
+  explicit DeferredDotScratch(unsigned capacity = kDeferredDotCapacity) : items_(capacity), counters_(2) {
+    MHC_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
+  }
+  DeferredDots view() const { return {items_.get(), counters_.get(), static_cast<unsigned>(items_.size())}; }
+
+ private:
+  DeviceBuffer<DeferredDot> items_;
+  DeviceBuffer<unsigned> counters_;
+};
+
 // The tensor an item belongs to: kernels/exact_terms.hpp finishes it on the host.
 using FallbackKind = ExactTensor;
 inline constexpr int kFallbackKindShift = 58;
@@ -32,8 +62,9 @@ inline constexpr unsigned long long kFallbackIndexMask = (1ull << kFallbackKindS
 // only; with finite_inputs false the forward runs the generic kernels, which convert.
 void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOutputs& out, const FallbackList& fallback,
                     cudaStream_t stream, bool finite_inputs = true);
+// deferred: the scratch for DeferredDots (empty: none deferred).
 void launch_backward(const PolicyDesc& pd, const InputsView& in, const BackwardOutputs& out,
-                     const FallbackList& fallback, cudaStream_t stream);
+                     const FallbackList& fallback, cudaStream_t stream, const DeferredDots& deferred = {});
 
 // Where a kernel with its own tests starts, for those tests to reach it: the exact forward's block rows loop over
 // tokens (where prefetching the next one matters) from this many on.
