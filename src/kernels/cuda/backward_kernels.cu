@@ -937,7 +937,8 @@ void launch_backward_fast(Pol pol, const InputsView& in, const BackwardOutputs& 
 // H in {1, 2, 4, 8}; callers check backward_is_specialised first. With fewer tokens than two per
 // multiprocessor, one warp per token leaves most of the GPU idle: each token's rows are then spread over
 // kFewTokenWarps warps (S = 128, H = 4: exact 72 -> 35-45 us, fp64 28 -> 21 us; at S = 1024 one warp per
-// token was faster).
+// token was faster, and for exact at 512 to 4096 tokens it is still: the few-token kernels there were 16 to 101 %
+// slower, H100, s33-3).
 template <Mode M, int H, class Pol>
 void launch_backward_for_tokens(Pol pol, const InputsView& in, const BackwardOutputs& out, const FallbackList& fb,
                                 const DeferredDots& deferred, cudaStream_t stream) {
