@@ -808,7 +808,9 @@ constexpr int kDeferredBatch = 2;  // chunks of each row per thread and round: D
 
 __global__ void __launch_bounds__(kDeferredWarps * 32)
     finish_deferred_dots_kernel(InputsView in, BackwardOutputs out, FallbackList fb, DeferredDots dd) {
-  __shared__ ExactAccumulator warp_sums[kDeferredWarps];
+  // Raw storage: CUDA allows no __shared__ variable of a class whose constructor initializes members.
+  __shared__ alignas(ExactAccumulator) unsigned char warp_sum_bytes[kDeferredWarps * sizeof(ExactAccumulator)];
+  ExactAccumulator* const warp_sums = reinterpret_cast<ExactAccumulator*>(warp_sum_bytes);
   const unsigned listed = min(*dd.counters, dd.capacity);
   const int H = in.shape.H;
   const int64_t D = in.shape.D;
