@@ -16,6 +16,7 @@
 #include <limits>
 #include <ostream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -513,32 +514,40 @@ std::vector<T> to_host(const cuda::DeviceBuffer<T>& d) {
 }
 
 // The exact backward's deferred finishing (launch_backward's DeferredDots) with a list of `capacity` items, launched
-// twice on one scratch (the second launch finds the counters the first left). Every dot product of 12 tokens is a
-// binary32 tie (1 + 2^-24), which the filter declines (240 at H = 4), and the ∂post dot products of token 3 are
-// ties plus 2^-200, which neither the exactness test nor the certified accumulators settle (a spread of 200 bits),
-// so they are listed for the host. With no room every declined dot product is finished by the warp that declined it,
-// with five the rest are, with the default room none are: the stored values (the listed ones aside, which the host
-// recomputes) are the CPU's, and the list for the host is the same, whoever finished them.
+// twice on one scratch (the second launch finds the counters the first left), at D = 4104 (513 chunks: the second
+// kernel's loads take two rounds). The filter declines every dot product of 14 tokens (280 at H = 4): 12 tokens whose
+// dot products are binary32 ties (1 + 2^-24); token 5's, sums of -0 products only (x and residual -0), whose sum is
+// -0; token 3's, +0 sums (∂comb) and ties plus 2^-200 (∂post), which neither the exactness test nor the certified
+// accumulators settle (a spread of 200 bits), so they are listed for the host. With no room every declined dot
+// product is finished by the warp that declined it, with five the rest are, with the default room none are: the
+// stored values (the listed ones aside, which the host recomputes) are the CPU's, the list for the host is the same,
+// whoever finished them, and the deferred list holds what it should (its slots are filled with a sentinel first).
 std::vector<unsigned long long> expect_deferred_dots_match_cpu(int64_t S, unsigned capacity) {
   const int H = 4;
-  const int64_t D = 1032;
+  const int64_t D = 4104;
   Inputs in = random_inputs(Shape{S, H, D}, 2400 + S);
-  auto plant_ties = [&](int64_t s, bool with_tiny_term) {
+  std::set<std::pair<int64_t, int>> planted;  // (token, dot) declined for certain
+  auto plant = [&](int64_t s, float x0, float x1, float x2, float residual_scale, float g2) {
     for (int64_t d = 0; d < D; ++d) {
-      const float v = d == 0 ? 1.0f : d == 1 ? 0x1p-24f : d == 2 && with_tiny_term ? 0x1p-100f : 0.0f;
+      const float v = d == 0 ? x0 : d == 1 ? x1 : d == 2 ? x2 : std::copysign(0.0f, x0);
       in.x[s * D + d] = round_to_bf16_rne(v);
       for (int h = 0; h < H; ++h) {
-        in.residual[(s * H + h) * D + d] = round_to_bf16_rne(with_tiny_term ? 0.0f : v);
-        in.grad_out[(s * H + h) * D + d] = round_to_bf16_rne(d < 2 ? 1.0f : d == 2 ? 0x1p-100f : 0.0f);
+        in.residual[(s * H + h) * D + d] = round_to_bf16_rne(residual_scale * v);
+        in.grad_out[(s * H + h) * D + d] = round_to_bf16_rne(d < 2 ? 1.0f : d == 2 ? g2 : 0.0f);
       }
     }
+    for (int q = 0; q < H + H * H; ++q) planted.emplace(s, q);
   };
-  for (int64_t s = 10; s < 10 + 12 * 7; s += 7) plant_ties(s, false);
-  plant_ties(3, true);
+  for (int64_t s = 10; s < 10 + 12 * 7; s += 7) plant(s, 1.0f, 0x1p-24f, 0.0f, 1.0f, 0.0f);  // ties
+  plant(3, 1.0f, 0x1p-24f, 0x1p-100f, 0.0f, 0x1p-100f);  // ∂post: ties + 2^-200; ∂comb: +0
+  plant(5, -0.0f, -0.0f, -0.0f, 1.0f, 1.0f);             // every product -0 (grad_out positive)
+  for (int64_t d = 0; d < D; ++d)
+    for (int h = 0; h < H; ++h) in.grad_out[(5 * H + h) * D + d] = round_to_bf16_rne(1.0f);
   const Policy exact = find_policy("exact");
   PolicyResult cpu;
   allocate_result(cpu, in.shape, false, true);
   backward_cpu(exact.desc, in.view(), backward_outputs(cpu));
+  EXPECT_TRUE(std::signbit(cpu.grad_post[5 * H]) && cpu.grad_post[5 * H] == 0.0f) << "token 5's sums must be -0";
 
   const auto x = to_device(in.x), residual = to_device(in.residual), grad_out = to_device(in.grad_out);
   const auto post = to_device(in.post), comb = to_device(in.comb);
@@ -548,17 +557,41 @@ std::vector<unsigned long long> expect_deferred_dots_match_cpu(int64_t S, unsign
   cuda::DeviceBuffer<unsigned long long> fallback_count(1), fallback_items(1024);
   const cuda::FallbackList fallback{fallback_count.get(), fallback_items.get(), fallback_items.size()};
   const cuda::DeferredDotScratch deferred(capacity);
+  const cuda::DeferredDots dd = deferred.view();
   std::vector<unsigned long long> listed;
   for (int launch = 0; launch < 2; ++launch) {
     const std::string at = fmt::format("S={} capacity={} launch {}", S, capacity, launch);
-    // Poisoned: an element no kernel writes cannot pass.
+    // Poisoned: an element no kernel writes cannot pass; a slot of the deferred list no warp writes keeps token -1.
     for (auto [p, n] : {std::pair<void*, size_t>{grad_x.get(), grad_x.bytes()}, {grad_residual.get(), grad_residual.bytes()},
-                        {grad_post.get(), grad_post.bytes()}, {grad_comb.get(), grad_comb.bytes()}})
-      EXPECT_EQ(cudaMemset(p, 0xff, n), cudaSuccess);
+                        {grad_post.get(), grad_post.bytes()}, {grad_comb.get(), grad_comb.bytes()},
+                        {dd.items, dd.capacity * sizeof(cuda::DeferredDot)}})
+      if (p) {
+        EXPECT_EQ(cudaMemset(p, 0xff, n), cudaSuccess);
+      }
     EXPECT_EQ(cudaMemset(fallback_count.get(), 0, sizeof(unsigned long long)), cudaSuccess);
     cuda::launch_backward(exact.desc, view, {grad_x.get(), grad_residual.get(), grad_post.get(), grad_comb.get()},
-                          fallback, nullptr, deferred.view());
+                          fallback, nullptr, dd);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << at;
+
+    std::vector<cuda::DeferredDot> slots(dd.capacity);
+    if (!slots.empty()) {
+      EXPECT_EQ(cudaMemcpy(slots.data(), dd.items, slots.size() * sizeof(cuda::DeferredDot), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    std::set<std::pair<int64_t, int>> deferred_dots;
+    for (const cuda::DeferredDot& slot : slots) {
+      if (slot.token == -1) continue;
+      EXPECT_TRUE(slot.token >= 0 && slot.token < S && slot.dot >= 0 && slot.dot < H + H * H)
+          << at << ": a deferred slot holds token " << slot.token << ", dot " << slot.dot;
+      EXPECT_TRUE(deferred_dots.emplace(slot.token, slot.dot).second) << at << ": listed twice";
+    }
+    if (dd.capacity <= planted.size()) {
+      EXPECT_EQ(deferred_dots.size(), dd.capacity) << at << ": the list must fill";
+    } else {
+      EXPECT_TRUE(std::includes(deferred_dots.begin(), deferred_dots.end(), planted.begin(), planted.end()))
+          << at << ": every planted dot product must be deferred";
+    }
+
     std::vector<unsigned long long> items = to_host(fallback_items);
     items.resize(std::min<size_t>(to_host(fallback_count)[0], items.size()));
     std::sort(items.begin(), items.end());

@@ -207,7 +207,8 @@ __device__ __noinline__ void finish_dot_exact(InputsView in, BackwardOutputs out
 }
 
 // Warp-collective: lists dot product q of token s for finish_deferred_dots_kernel; false when there is no list or
-// it is full, and the caller finishes it.
+// it is full, and the caller finishes it. The count goes on past the capacity: more than 2^32 declined dot products
+// in one launch (only under MHCDIFF_CUDA_BACKWARD=defer, at tens of millions of tokens) would wrap it.
 __device__ __noinline__ bool defer_dot(const DeferredDots& dd, int64_t s, int q) {
   if (dd.items == nullptr) return false;
   const bool leader = (threadIdx.x & 31) == 0;
@@ -869,7 +870,7 @@ __global__ void __launch_bounds__(kDeferredWarps * 32)
 // Whether a launch defers the dot products its exact kernel declines to finish_deferred_dots_kernel: never, always,
 // or (the default past the few-token kernels at H = 4 and H = 8) when S is at most kDeferredWaves times the tokens
 // the kernel holds on the device at once. H100, s33-5, medians of three alternating rounds against finishing where
-// declined: 512 x 4 x 4096 -28.4 % (0.0581 -> 0.0416 ms; 1.9 waves of the kernel's 1056 resident tokens at H = 4),
+// declined: 512 x 4 x 4096 -28.4 % (0.0581 -> 0.0416 ms; half a wave of the kernel's 1056 resident tokens at H = 4),
 // 1024 x 4 x 7168 -24.4 %, 2048 x 4 x 4096 -9.0 %, 4096 x 4 x 4096 (3.9 waves) -3.1 %, 1024 x 8 x 4096 (3.9 waves of
 // 264) -3.9 %; slower at 16384 x 4 x 4096 (15.5 waves) +1.4 %, 8192 x 8 x 4096 +0.7 % and, in the few-token kernel,
 // 128 x 4 x 4096 +15 %, where the second kernel's launch costs more than the finishing it takes off the last token.
