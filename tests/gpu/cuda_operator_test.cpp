@@ -562,8 +562,10 @@ std::vector<unsigned long long> expect_deferred_dots_match_cpu(int64_t S, unsign
   for (int launch = 0; launch < 2; ++launch) {
     const std::string at = fmt::format("S={} capacity={} launch {}", S, capacity, launch);
     // Poisoned: an element no kernel writes cannot pass; a slot of the deferred list no warp writes keeps token -1.
-    for (auto [p, n] : {std::pair<void*, size_t>{grad_x.get(), grad_x.bytes()}, {grad_residual.get(), grad_residual.bytes()},
-                        {grad_post.get(), grad_post.bytes()}, {grad_comb.get(), grad_comb.bytes()},
+    for (auto [p, n] : {std::pair<void*, size_t>{grad_x.get(), grad_x.bytes()},
+                        {grad_residual.get(), grad_residual.bytes()},
+                        {grad_post.get(), grad_post.bytes()},
+                        {grad_comb.get(), grad_comb.bytes()},
                         {dd.items, dd.capacity * sizeof(cuda::DeferredDot)}})
       if (p) {
         EXPECT_EQ(cudaMemset(p, 0xff, n), cudaSuccess);

@@ -794,11 +794,11 @@ __global__ void __launch_bounds__(kGenericThreads<M, HC, kDotFilter>, kGenericMi
 // finish_dot_exact costs a token about half a token more (probe, s32-1), and a kernel whose last token finishes a dot
 // product ends that much later: without it the H = 4 kernel took 4.2 % less at 16384 x 4 x 4096 and 11 % less at 4096
 // tokens (H100, s31-1, `nofinish`), and it is most of the exact backward's gap to fp64's below a wave. Its first pass
-// is cheap; what takes long is the certified accumulators of the one in about eleven that it cannot settle: one
-// warp adding every product of two rows in a dependent chain per lane (on an idle GPU as long, s33-2: the list
-// finished by a warp each, with finish_dot_exact, cost as much time as it saved). So under MHCDIFF_CUDA_BACKWARD=defer
-// the warps list what their filters decline (defer_dot) and this kernel gives each listed dot product a whole block,
-// every product in its own certified accumulator chain, eight warps' worth, merged in shared memory. It leaves out the
+// is cheap; what takes long is the certified accumulators of the one in about eleven that it cannot settle: one warp
+// adding every product of two rows in a dependent chain per lane (on an idle GPU as long, s33-2: the list finished by a
+// warp each, with finish_dot_exact, cost as much time as it saved). So, where a launch defers (Deferral, below), the
+// warps list what their filters decline (defer_dot) and this kernel gives each listed dot product a whole block, every
+// product in its own certified accumulator chain, eight warps' worth, merged in shared memory. It leaves out the
 // exactness test: the accumulators' value, RN32 of the exact sum, is what that test stores when it holds (a sum it
 // proves exact has a spread of at most 54 + log2(D) bits, so the accumulators certify it too), and they list for the
 // host exactly what finish_dot_exact lists. The accumulators are exact and their certificate depends on the terms
