@@ -44,8 +44,10 @@ struct DeferredDots {
 inline constexpr unsigned kDeferredDotCapacity = 1u << 14;
 class DeferredDotScratch {
  public:
-  explicit DeferredDotScratch(unsigned capacity = kDeferredDotCapacity) : items_(capacity), counters_(2) {
-    MHC_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
+  // capacity 0 (a forward's slab): nothing allocated, and view() defers nothing.
+  explicit DeferredDotScratch(unsigned capacity = kDeferredDotCapacity)
+      : items_(capacity), counters_(capacity > 0 ? 2 : 0) {
+    if (capacity > 0) MHC_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
   }
   DeferredDots view() const { return {items_.get(), counters_.get(), static_cast<unsigned>(items_.size())}; }
 
