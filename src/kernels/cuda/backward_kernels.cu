@@ -109,24 +109,26 @@ __device__ Probe g_probe;  // one set of counters: probed launches must not over
 enum class FinishForm { scalar, chunks };
 constexpr int kFinishBatch = 4;  // chunks of each row per round of loads (chunks)
 
-// Lane `lane`'s canonical chunks of rows a and b, kBatch of each row per round of loads, passed to
-// f(chunk of a, chunk of b) in ascending order.
-template <int kBatch, class F>
-__device__ __forceinline__ void for_lane_chunks(const bf16_bits* a, const bf16_bits* b, int64_t D, int lane, F&& f) {
+// The canonical chunks first, first + kStride, ... of rows a and b (a lane's with the default stride, a thread's
+// of a block with the block's width), kBatch of each row per round of loads, passed to f(chunk of a, chunk of b)
+// in ascending order. Nothing past the last chunk is passed: a zero padding term would change the sign of a zero
+// sum.
+template <int kBatch, int kStride = kReduceLanes, class F>
+__device__ __forceinline__ void for_lane_chunks(const bf16_bits* a, const bf16_bits* b, int64_t D, int first, F&& f) {
   const uint4* const a4 = reinterpret_cast<const uint4*>(a);
   const uint4* const b4 = reinterpret_cast<const uint4*>(b);
   const int64_t chunks = D / kChunk;
-  for (int64_t j0 = lane; j0 < chunks; j0 += kBatch * kReduceLanes) {
-    uint4 va[kBatch], vb[kBatch];
+  for (int64_t j0 = first; j0 < chunks; j0 += kBatch * kStride) {
+    uint4 va[kBatch], vb[kBatch];  // every load of the round in flight before f
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      const int64_t j = j0 + k * kReduceLanes;
+      const int64_t j = j0 + k * kStride;
       va[k] = j < chunks ? __ldg(a4 + j) : make_uint4(0, 0, 0, 0);
       vb[k] = j < chunks ? __ldg(b4 + j) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k)
-      if (j0 + k * kReduceLanes < chunks) f(chunk_from(va[k]), chunk_from(vb[k]));
+      if (j0 + k * kStride < chunks) f(chunk_from(va[k]), chunk_from(vb[k]));
   }
 }
 
@@ -825,27 +827,11 @@ __global__ void __launch_bounds__(kDeferredWarps * 32)
     const bf16_bits* a = in.grad_out + (s * H + dot_grad_row(q, H)) * D;
     const bf16_bits* b = post_path ? in.x + s * D : in.residual + (s * H + dot_residual_row(q, H)) * D;
     ExactAccumulator acc;
-    const uint4* const a4 = reinterpret_cast<const uint4*>(a);
-    const uint4* const b4 = reinterpret_cast<const uint4*>(b);
-    constexpr int kThreads = kDeferredWarps * 32;
-    const int64_t chunks = D / kChunk;
-    for (int64_t j0 = threadIdx.x; j0 < chunks; j0 += kDeferredBatch * kThreads) {
-      uint4 va[kDeferredBatch], vb[kDeferredBatch];  // every load of the round in flight before the additions
+    for_lane_chunks<kDeferredBatch, kDeferredWarps * 32>(a, b, D, threadIdx.x, [&](const Chunk& ca, const Chunk& cb) {
 #pragma unroll
-      for (int k = 0; k < kDeferredBatch; ++k) {
-        const int64_t j = j0 + k * kThreads;
-        va[k] = j < chunks ? __ldg(a4 + j) : make_uint4(0, 0, 0, 0);
-        vb[k] = j < chunks ? __ldg(b4 + j) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int k = 0; k < kDeferredBatch; ++k) {
-        if (j0 + k * kThreads >= chunks) break;  // no padding terms: a zero term would change the sign of a zero sum
-        const Chunk ca = chunk_from(va[k]), cb = chunk_from(vb[k]);
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e)
-          acc.add(mul_rn64(bf16_to_float(chunk_bits(ca, e)), bf16_to_float(chunk_bits(cb, e))));
-      }
-    }
+      for (int e = 0; e < kChunk; ++e)
+        acc.add(mul_rn64(bf16_to_float(chunk_bits(ca, e)), bf16_to_float(chunk_bits(cb, e))));
+    });
     acc = warp_tree_merge(acc);
     if (lane == 0) warp_sums[warp] = acc;
     __syncthreads();
