@@ -336,7 +336,8 @@ __global__ void __launch_bounds__(kForwardThreads, kForwardMinBlocks<M, HC>)
 // each warp finishes its own after storing its chunks: the owners stage their declined pairs of elements, with
 // the pairs' input words, in shared memory, and the warp's lanes take one element each (two lanes per pair,
 // finish_staged_element: the binary64 test, the certified path where that declines too), overwriting what the
-// owner stored, once per two tokens where the warp has two (forward_exact_grid: 0.32 -> 0.31 ms). Before staging,
+// owner stored, once per token (from session 13 to 33 once per two, each warp taking two tokens: 0.32 -> 0.31 ms
+// then; since session 15's retest that costs more at the end of the kernel than it saves, below). Before staging,
 // each owner lane retests its declined pairs with a tighter binary32 bound (retest_declined), which leaves about
 // one in seven of them for the round and about one warp-token in four with anything to stage (session 15:
 // 0.3116-0.3179 -> 0.3080-0.3100 ms). A bound that tight in the main loop (one more FFMA per chain step) cost
@@ -410,8 +411,8 @@ __device__ __forceinline__ void finish_staged_pairs(const InputsView& in, bf16_b
 
 // Stages the pairs a warp's first test declined for token s (`declined` per lane, bit kPairsPerChunk·ho + j;
 // the lane's chunk is first_chunk + lane) after the `staged` ones already waiting, finishing what is staged
-// whenever all 32 slots are taken and more remain; returns how many wait. A warp finishes its pairs once per
-// two tokens where it has two (about four pairs at H = 4, the cost of one round of two).
+// whenever all 32 slots are taken and more remain; returns how many wait (a block row with more than one token,
+// past the grid's rows, finishes its pairs once for all of them).
 template <int HC>
 __device__ __forceinline__ int stage_warp_pairs(const InputsView& in, bf16_bits* out, const FallbackList& fb,
                                                 int64_t s, int64_t first_chunk, uint32_t declined, const Chunk& xc,
@@ -477,13 +478,20 @@ __device__ __forceinline__ uint32_t retest_declined(const InputsView& in, int64_
 }
 
 // ---- The exact forward at H <= 4 ------------------------------------------------------------------------
-// The next token's rows requested early. The kernel waits on latency (ncu, session 6: neither a pipe nor DRAM
-// saturated) and a warp's finishing (retest, staging round) and its next token's weight loads have no memory
-// request in flight, so at the start of a token each lane asks L2 for its chunks of the block row's next token
-// (prefetch.L2: no registers). H200, 16384 x 4 x 4096, alternating rounds: s20-1 0.3092 -> 0.3067 ms, s20-2
-// 0.3118 -> 0.3077 ms (95.2 % of copy). Slower in those runs: loading them into registers after the stores
-// (five blocks of 94 registers) 0.3200 ms; four tokens per block row, three in four prefetched, 0.3127; the next
-// token's post and comb prefetched too (two lanes per warp) 0.3108.
+// One token per block row up to the grid's 65535 rows (forward_grid), then the rows loop over tokens. From session
+// 13 to 33 every row took two tokens from 1024 on, so that a warp finished the declined pairs of both in one round;
+// since session 15's retest leaves a round for about one warp-token in four, that only made the last blocks twice
+// as long: one token per row took 1.8 % less at 16384 x 4 x 4096 (0.4271 -> 0.4192 ms), 3.9 % less at
+// 1024 x 4 x 7168 (medians of seven alternating rounds), 3.4 % at 8192 x 4 x 4096 (four) and 2.0 % at
+// 4096 x 4 x 4096 (three; H100, s34-4). The last one or two waves of rows with one token and the rest with two
+// (`tail`, `tail2`) were between the two.
+// Where rows loop, the next token's rows are requested early. The kernel waits on latency (ncu, session 6: neither
+// a pipe nor DRAM saturated) and a warp's finishing (retest, staging round) and its next token's weight loads have
+// no memory request in flight, so at the start of a token each lane asks L2 for its chunks of the block row's next
+// token (prefetch.L2: no registers). H200, 16384 x 4 x 4096 with two tokens per row, alternating rounds: s20-1
+// 0.3092 -> 0.3067 ms, s20-2 0.3118 -> 0.3077 ms. Slower in those runs: loading them into registers after the
+// stores (five blocks of 94 registers) 0.3200 ms; four tokens per block row, three in four prefetched, 0.3127; the
+// next token's post and comb prefetched too (two lanes per warp) 0.3108.
 
 // Asks L2 for this lane's chunks of token s (x and the HC residual rows).
 template <int HC>
@@ -617,23 +625,13 @@ void launch_forward_variant(Pol pol, const InputsView& in, const ForwardOutputs&
   MHC_CUDA_CHECK_LAUNCH();
 }
 
-// forward_exact_kernel's grid: from 1024 tokens on, each warp takes two (at 16384 x 4 x 4096 still 30 waves
-// of resident blocks), so that it finishes the declined pairs of both in one round (0.318-0.322 -> 0.313-0.314
-// ms there; 1024 x 4 x 7168 unchanged at 0.044 ms).
-constexpr int64_t kExactPairedTokensFrom = 1024;
-dim3 forward_exact_grid(const Shape& sh) {
-  dim3 grid = forward_grid(sh);
-  if (sh.S >= kExactPairedTokensFrom) grid.y = std::min<unsigned>(grid.y, static_cast<unsigned>((sh.S + 1) / 2));
-  return grid;
-}
-
 template <Mode M, int HC, bool kAligned, class Pol>
 void launch_forward_kernel(Pol pol, const InputsView& in, const ForwardOutputs& out, const FallbackList& fb,
                            cudaStream_t stream) {
   if (M != Mode::fp32 && out.out_f64) {
     launch_forward_variant<M, HC, kAligned, M != Mode::fp32>(pol, in, out, fb, stream);
   } else if constexpr (M == Mode::exact && HC > 0 && HC <= 4) {
-    forward_exact_kernel<HC><<<forward_exact_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
+    forward_exact_kernel<HC><<<forward_grid(in.shape), kForwardThreads, 0, stream>>>(in, out.out, fb);
     MHC_CUDA_CHECK_LAUNCH();
   } else {
     launch_forward_variant<M, HC, kAligned, false>(pol, in, out, fb, stream);
@@ -690,7 +688,7 @@ void launch_forward(const PolicyDesc& pd, const InputsView& in, const ForwardOut
   }
 }
 
-int64_t exact_forward_looping_min_tokens() { return kExactPairedTokensFrom; }
+int64_t exact_forward_looping_min_tokens() { return int64_t{kMaxGridY} + 1; }
 
 const char* forward_kernel_family(const PolicyDesc& pd, const InputsView& in) {
   ForwardOutputs aligned_out;  // the caller's outputs are cudaMalloc'ed: aligned
