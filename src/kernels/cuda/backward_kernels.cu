@@ -132,12 +132,6 @@ __device__ __forceinline__ void for_lane_chunks(const bf16_bits* a, const bf16_b
   }
 }
 
-// Element e of a chunk for a run-time e (a rolled loop): chunk_word's selects instead of an indexed array, which
-// would go through local memory.
-__device__ __forceinline__ bf16_bits chunk_bits_rolled(const Chunk& c, int e) {
-  return static_cast<bf16_bits>(chunk_word(c, e >> 1) >> ((e & 1) * 16));  // the low half of word e / 2 first
-}
-
 // Warp-collective, out of line: dot product q of token s (q < H: ∂post[q]; else ∂comb[hi, ho] with
 // q - H = hi·H + ho) that settle_dot_exact's filter declined; `merged` is the filter merged over the warp (valid in
 // lane 0). First the exactness test (ExactDotFilter::fp32_if_exact, from the smallest non-zero magnitude of

@@ -96,6 +96,12 @@ __device__ __forceinline__ uint32_t chunk_word(const Chunk& c, int j) {
   return j < 2 ? (j == 0 ? c.w[0] : c.w[1]) : (j == 2 ? c.w[2] : c.w[3]);
 }
 
+// Element e for an e known only at run time (a rolled loop), through chunk_word. chunk_bits, for the unrolled
+// loops, indexes the words directly: the same value, but the kernels' machine code differs between the two forms.
+__device__ __forceinline__ bf16_bits chunk_bits_rolled(const Chunk& c, int e) {
+  return static_cast<bf16_bits>(chunk_word(c, e >> 1) >> ((e & 1) * 16));  // the low half of word e / 2 first
+}
+
 __device__ __forceinline__ void chunk_set(Chunk& c, int e, bf16_bits b) {
   uint32_t& word = c.w[e >> 1];
   word = (e & 1) ? ((word & 0xffffu) | (static_cast<uint32_t>(b) << 16)) : ((word & 0xffff0000u) | b);
