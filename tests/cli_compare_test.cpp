@@ -340,6 +340,37 @@ TEST_F(CliCompare, SpecialValuesInAFileAgreeWithTheIndependentComputation) {
   EXPECT_EQ(c.rc, 0) << c.out << c.err;
 }
 
+// A dump of a comb[s, dst, src] implementation that declares comb_layout="dst,src" (docs/ci.md) holds its grad_comb
+// dst,src too: compare reads it transposed. The control dump, whose grad_comb was left src,dst under the same
+// attribute, must then fail, so the test sees the transposition and not a comparison that ignores grad_comb.
+TEST_F(CliCompare, DumpsDeclaringDstSrcHaveTheirGradCombReadTransposed) {
+  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with h5py and numpy is not available";
+  const CliRun mk = sh(
+      "/usr/bin/python3 -c \"import h5py, numpy as np\n"
+      "src = h5py.File('res.h5', 'r')\n"
+      "for name, flip in (('dstsrc.h5', True), ('unflipped.h5', False)):\n"
+      "    f = h5py.File(name, 'w'); f.attrs['format'] = 'mhcdiff/1'; f.attrs['comb_layout'] = 'dst,src'\n"
+      "    for t in ('x', 'residual', 'post', 'comb', 'grad_out'): src.copy(src['inputs/' + t], f.require_group('inputs'), t)\n"
+      "    c = f['inputs/comb'][...]; del f['inputs/comb']; f['inputs/comb'] = np.swapaxes(c, -1, -2)\n"
+      "    g = f.create_group('results/mine')\n"
+      "    for t in ('out', 'grad_x', 'grad_residual', 'grad_post'): src.copy(src['results/fp32-seeded/' + t], g, t)\n"
+      "    gc = src['results/fp32-seeded/grad_comb'][...]\n"
+      "    assert not np.array_equal(gc, np.swapaxes(gc, -1, -2))\n"
+      "    g['grad_comb'] = np.swapaxes(gc, -1, -2) if flip else gc\n"
+      "    f.close()\"");
+  ASSERT_EQ(mk.rc, 0) << mk.err;
+  CliRun r = mhcdiff("compare dstsrc.h5:mine policy:fp32-seeded --inputs dstsrc.h5 --max-mismatch 0");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("grad_comb was read as [.., dst, src] and transposed"), std::string::npos) << r.out;
+  r = mhcdiff("compare dstsrc.h5:mine res.h5:fp32-seeded --max-mismatch 0");  // against a file mhcdiff wrote
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  r = mhcdiff("compare unflipped.h5:mine policy:fp32-seeded --inputs unflipped.h5 --max-mismatch 0 --tensors grad_comb");
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  r = mhcdiff("compare unflipped.h5:mine policy:fp32-seeded --inputs unflipped.h5 --max-mismatch 0 --tensors grad_x");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;  // comb itself was read transposed, as the attribute says
+}
+
 TEST_F(CliCompare, ReportFormatsGoToStdoutOrToTheReportFile) {
   CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --max-ulp 1 --format junit");
   EXPECT_EQ(r.rc, 1);
@@ -398,3 +429,30 @@ TEST_F(CliCompare, GoldenRegenIsAtomicRefusesToClobberAndCheckGates) {
 }
 
 }  // namespace
+
+// The golden-baseline guard failed open: a baseline it could not open (a writer holding it, HDF5's lock; a copy
+// truncated in transit) counted as "not a golden baseline" and was replaced, exit 0. Now every output refuses it.
+TEST_F(CliCompare, AGoldenBaselineThatDoesNotOpenIsNotReplaced) {
+  ASSERT_EQ(mhcdiff("golden regen in.h5 -o locked.h5").rc, 0);
+  const std::string golden = slurp(dir / "locked.h5");
+  const std::string truncated = golden.substr(0, golden.size() - 1024);
+  std::ofstream(dir / "truncated.h5", std::ios::binary) << truncated;
+  const std::vector<std::string> commands = {"run in.h5 -o ", "gen --preset realistic --shape 4,2,8 -o ",
+                                             "extract res.h5:hf policy:exact --inputs in.h5 --worst 2 -o ",
+                                             "compare res.h5:hf res.h5:exact --report "};
+  for (const std::string& cmd : commands) {
+    expect_input_error(cmd + "truncated.h5", "truncated or corrupt), so whether it is a golden baseline");
+    EXPECT_EQ(slurp(dir / "truncated.h5"), truncated) << cmd;
+  }
+  {
+    const hid_t held = H5Fopen((dir / "locked.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);  // HDF5 locks it
+    ASSERT_GE(held, 0);
+    for (const std::string& cmd : commands)
+      expect_input_error(cmd + "locked.h5", "another process has open for writing");
+    H5Fclose(held);
+  }
+  EXPECT_EQ(slurp(dir / "locked.h5"), golden);
+  // A file that is not HDF5 is no golden baseline: it is replaced as before.
+  std::ofstream(dir / "notes.h5") << "not HDF5";
+  EXPECT_EQ(mhcdiff("run in.h5 -o notes.h5 --policies hf").rc, 0);
+}

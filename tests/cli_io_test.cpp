@@ -724,6 +724,23 @@ TEST_F(CliIo, FailedRunLeavesExistingOutputUntouched) {
 
 // Without --shape each preset gets a shape it is defined for: seed-example's default is H = 2 (the one default
 // 16,4,64 made 'gen --preset seed-example' refuse a --shape it was never given).
+// libgomp ends the process with exit(1) when it cannot start a thread (here: a stack larger than the address space).
+// That read as compare's "a gate failed" and left run's temp file behind; it is exit 2 with the temp files removed,
+// our line after libgomp's own, and an existing output untouched.
+TEST_F(CliIo, ALibraryEndingTheProcessIsExit2WithNothingWritten) {
+  std::ofstream(dir.file("out.h5")) << "the previous output";
+  for (const char* args : {"run good.h5 -o out.h5 --policies hf --threads 2",
+                           "run good.h5 -o new.h5 --policies hf --threads 2",
+                           "compare policy:hf policy:fp32-seeded --inputs good.h5 --threads 2 --report new.json"}) {
+    const auto before = sorted_entries();
+    const CliResult r = run_cli(dir, args, "OMP_STACKSIZE=1000000G ");
+    EXPECT_EQ(r.exit_code, 2) << args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find("[error] a library ended mhcdiff before it finished"), std::string::npos) << r.err;
+    EXPECT_EQ(sorted_entries(), before) << args;
+    EXPECT_EQ(read_file_bytes(dir.file("out.h5")), "the previous output") << args;
+  }
+}
+
 TEST_F(CliIo, GenWithoutAShapeMakesEveryPreset) {
   for (const char* preset : {"seed-example", "randn", "realistic", "cancellation"}) {
     const CliResult g = run_cli(dir, std::string("gen --preset ") + preset + " -o default.h5");

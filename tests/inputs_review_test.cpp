@@ -5,6 +5,7 @@
 // library and the CLI; slab sizes cannot overflow. Bad input is exit 2, one sentence, nothing written (SPEC §4).
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <fstream>
@@ -364,6 +365,18 @@ TEST_F(InputsReview, TheLibraryRefusesThreadCountsTheCliRefuses) {
         << threads;
   }
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"in.h5"});
+}
+
+// "All cores" (0) was OpenMP's default team, OMP_NUM_THREADS=50000 included, which libgomp cannot start: at most
+// the processors now, a lower OMP_NUM_THREADS still honoured, an explicit count as given.
+TEST_F(InputsReview, AllCoresIsAtMostTheProcessors) {
+  const int previous = omp_get_max_threads();
+  omp_set_num_threads(50000);
+  EXPECT_EQ(run::resolve_thread_count(0), omp_get_num_procs());
+  omp_set_num_threads(1);
+  EXPECT_EQ(run::resolve_thread_count(0), 1);
+  omp_set_num_threads(previous);
+  EXPECT_EQ(run::resolve_thread_count(3), 3);
 }
 
 // ---- 5. slab sizes ---------------------------------------------------------------------------------------------

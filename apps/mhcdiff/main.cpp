@@ -14,8 +14,9 @@
 #include "io/files.hpp"
 #include "report/text_safety.hpp"
 
-int main(int argc, char** argv) {
-  mhc::io::report_crashes_as_input_errors();
+namespace {
+
+int run_command_line(int argc, char** argv) {
   // Logs and progress go to stderr; stdout is for the report (SPEC §4).
   spdlog::set_default_logger(spdlog::stderr_color_mt("mhcdiff"));
   spdlog::set_pattern("%^[%l]%$ %v");
@@ -109,4 +110,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   return ctx.exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mhc::io::report_crashes_as_input_errors();
+  const int code = run_command_line(argc, argv);
+  mhc::io::main_returning();
+  return code;
 }

@@ -68,6 +68,9 @@ struct Side {
   const Policy* policy = nullptr;
   bool exact = false;
   std::vector<std::string> tensors;  // the tensors this side holds (file) or can compute (policy)
+  // A file whose root declares comb_layout="dst,src" holds grad_comb as [.., dst, src] (a dump of a comb[s, dst, src]
+  // implementation, docs/ci.md): it is transposed as it is read, so both sides are compared src,dst.
+  bool grad_comb_dst_src = false;
 
   std::string label() const { return spec.is_policy ? "policy:" + spec.policy : spec.path + ":" + group; }
   std::string dataset(const std::string& name) const { return (group == "/" ? "" : group) + "/" + name; }
@@ -158,6 +161,7 @@ Side open_side(const std::string& text, const io::InputReader* inputs, const std
   side.file = std::make_unique<io::TensorFile>(side.spec.path);
   side.group = resolve_group(*side.file, side.spec);
   side.exact = group_is_exact(*side.file, side.group);
+  side.grad_comb_dst_src = side.file->declared_comb_layout() == io::CombLayout::dst_src;
   for (const auto& name : side.file->datasets(side.group))
     if (is_known_tensor(name)) side.tensors.push_back(name);
   return side;
@@ -306,13 +310,32 @@ const void* computed_ptr(const PolicyResult& r, const std::string& name) {
   return nullptr;
 }
 
+// Each [H, H] matrix of `count` values (whole tokens) transposed in place: [dst, src] to [src, dst].
+template <class T>
+void transpose_per_token(T* v, int64_t count, int64_t H) {
+  for (int64_t m = 0; m < count; m += H * H)
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = i + 1; j < H; ++j) std::swap(v[m + i * H + j], v[m + j * H + i]);
+}
+
+// Elements [first, first + count) of tensor `name` of a file side (whole tokens: `streams` is H), grad_comb in
+// src,dst order whatever the file declares.
 const void* read_file_slab(const Side& s, const std::string& name, Format fmt, int64_t first, int64_t count,
-                           SlabBuffer& buf) {
+                           int64_t streams, SlabBuffer& buf) {
   const std::string ds = s.dataset(name);
+  const bool transpose = s.grad_comb_dst_src && name.rfind("grad_comb", 0) == 0;
   switch (fmt) {
     case Format::bf16: buf.b.resize(count); s.file->read_bf16(ds, first, count, buf.b.data()); return buf.b.data();
-    case Format::f32: buf.f.resize(count); s.file->read_f32(ds, first, count, buf.f.data()); return buf.f.data();
-    case Format::f64: buf.d.resize(count); s.file->read_f64(ds, first, count, buf.d.data()); return buf.d.data();
+    case Format::f32:
+      buf.f.resize(count);
+      s.file->read_f32(ds, first, count, buf.f.data());
+      if (transpose) transpose_per_token(buf.f.data(), count, streams);
+      return buf.f.data();
+    case Format::f64:
+      buf.d.resize(count);
+      s.file->read_f64(ds, first, count, buf.d.data());
+      if (transpose) transpose_per_token(buf.d.data(), count, streams);
+      return buf.d.data();
   }
   return nullptr;
 }
@@ -559,7 +582,7 @@ CompareReport run_compare(const CompareOptions& opt) {
       const int64_t first = s0 * w.geometry.row_elems, count = n * w.geometry.row_elems;
       auto fetch = [&](const Side& s, SlabBuffer& buf) -> const void* {
         if (s.spec.is_policy) return computed_ptr(results.at(s.policy->name), w.name);
-        return read_file_slab(s, w.name, w.format, first, count, buf);
+        return read_file_slab(s, w.name, w.format, first, count, w.geometry.trailing.front(), buf);
       };
       const void* c = fetch(cand, cbuf);
       const void* r = fetch(ref, rbuf);
@@ -574,7 +597,8 @@ CompareReport run_compare(const CompareOptions& opt) {
       } else {
         tr = truth_side == &cand ? c : r;
         if (holds(*truth_side, w.name + "_f64"))
-          t64 = static_cast<const double*>(read_file_slab(*truth_side, w.name + "_f64", Format::f64, first, count, t64buf));
+          t64 = static_cast<const double*>(read_file_slab(*truth_side, w.name + "_f64", Format::f64, first, count,
+                                                          w.geometry.trailing.front(), t64buf));
       }
       if (w.cand_truth) add_truth(*w.cand_truth, w.format, c, tr, t64, count, first);
       if (w.ref_truth) add_truth(*w.ref_truth, w.format, r, tr, t64, count, first);
@@ -612,6 +636,11 @@ CompareReport run_compare(const CompareOptions& opt) {
       rep.notes.push_back(fmt::format("{} has no input_checksum and no readable /inputs: that it was computed from {} "
                                       "is not checked",
                                       side->label(), reader ? opt.inputs : "the same inputs as the other side"));
+  for (const Side* side : {&cand, &ref})
+    if (side->grad_comb_dst_src &&
+        std::any_of(work.begin(), work.end(), [](const auto& w) { return w->name.rfind("grad_comb", 0) == 0; }))
+      rep.notes.push_back(fmt::format("{}'s file declares comb_layout \"dst,src\": its grad_comb was read as [.., dst, "
+                                      "src] and transposed, so indices name [s, src, dst]", side->label()));
   // golden check has no --inputs: it reads the golden file's own when a gate needs them.
   const bool golden = opt.mode == "golden check";
   if (truth_text.empty())

@@ -39,7 +39,7 @@ int64_t sample_stride(int64_t stride) {
   return std::max<int64_t>(1, stride);
 }
 
-int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+int thread_count(int threads) { return run::resolve_thread_count(threads); }
 
 // SPEC §5: bits must agree, except that NaN equals NaN whatever its payload.
 bool same_output(bf16_bits a, bf16_bits b) { return a == b || (bf16_is_nan(a) && bf16_is_nan(b)); }

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
@@ -190,6 +191,25 @@ StallGuard::~StallGuard() {
   timer_settime(*stall_timer(), 0, &off, nullptr);
 }
 
+namespace {
+std::atomic<bool> g_main_returned{false};
+
+// Async-signal-safe like report_crash: it may run from a library's exit() on any thread.
+extern "C" void report_early_exit() {
+  if (g_main_returned.load()) return;
+  remove_temps();
+  const char* message =
+      "[error] a library ended mhcdiff before it finished (its reason is on the line above; libgomp ends it so when it "
+      "cannot start the threads asked for: fewer --threads, or a higher process or memory limit). Nothing was "
+      "written.\n";
+  ssize_t ignored = write(STDERR_FILENO, message, std::strlen(message));
+  (void)ignored;
+  _exit(2);
+}
+}  // namespace
+
+void main_returning() { g_main_returned.store(true); }
+
 void report_crashes_as_input_errors() {
   // The handler runs on a stack of its own, so that a crash by stack overflow (the main thread's) gets the message
   // too instead of dying silently where the handler would have run.
@@ -206,6 +226,7 @@ void report_crashes_as_input_errors() {
     action.sa_flags = SA_RESETHAND | (on_own_stack ? SA_ONSTACK : 0);
     sigaction(sig, &action, nullptr);
   }
+  std::atexit(report_early_exit);
 }
 
 std::string system_reason(int err) {
@@ -293,11 +314,19 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
   for (const SourceFile& src : sources)
     if (!src.path.empty() && same_file(out.target.string(), src.path))
       refuse(fmt::format("it is the {} file, which it would replace; choose another {} path", src.role, what));
-  if (out.existed && golden == GoldenTarget::refuse &&
-      detail::file_has_root_attribute(out.target.string(), kGoldenFormatAttribute))
-    refuse(fmt::format("it is a golden baseline ({} attribute), which only `mhcdiff golden regen --force` replaces; "
-                       "choose another {} path",
-                       kGoldenFormatAttribute, what));
+  if (out.existed && golden == GoldenTarget::refuse) {
+    std::string why;
+    const std::optional<bool> is_golden =
+        detail::file_has_root_attribute(out.target.string(), kGoldenFormatAttribute, why);
+    if (!is_golden)  // a golden baseline a writer holds, or one damaged in transit, stays: fail closed
+      refuse(fmt::format("it is an HDF5 file that {}, so whether it is a golden baseline (which only `mhcdiff golden "
+                         "regen --force` replaces) cannot be told; remove it or choose another {} path",
+                         why, what));
+    if (*is_golden)
+      refuse(fmt::format("it is a golden baseline ({} attribute), which only `mhcdiff golden regen --force` "
+                         "replaces; choose another {} path",
+                         kGoldenFormatAttribute, what));
+  }
 
   out.dir = followed ? out.target.parent_path() : fs::path(path).parent_path();
   if (out.dir.empty()) out.dir = ".";

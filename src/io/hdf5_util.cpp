@@ -88,11 +88,20 @@ std::string hdf5_failure_reason() {
   return descriptions.empty() ? "the HDF5 library reported an error" : "HDF5: " + descriptions.front();
 }
 
-bool file_has_root_attribute(const std::string& path, const std::string& name) {
+std::optional<bool> file_has_root_attribute(const std::string& path, const std::string& name, std::string& why) {
   silence_hdf5_errors();
-  if (H5Fis_hdf5(path.c_str()) <= 0) return false;
+  const htri_t hdf5 = H5Fis_hdf5(path.c_str());
+  if (hdf5 == 0) return false;
+  if (hdf5 < 0) {
+    why = "cannot be read";
+    return std::nullopt;
+  }
   const Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  return file.valid() && attribute_exists(file.get(), name);
+  if (file.valid()) return attribute_exists(file.get(), name);
+  why = failure_mentions(failure_descriptions(), "unable to lock")
+            ? "another process has open for writing (HDF5 file locking)"
+            : "does not open (truncated or corrupt)";
+  return std::nullopt;
 }
 
 Handle open_file_read_only(const std::string& path) {
@@ -820,6 +829,18 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
   auto v = read_strings(attr.get(), type.get(), 1);
   if (v.empty()) return std::nullopt;
   return v[0];
+}
+
+std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path) {
+  const auto value = read_string_attribute(file, "comb_layout");
+  if (!value && attribute_exists(file, "comb_layout"))
+    throw InputError(fmt::format("{}: root attribute comb_layout is not a string; expected \"src,dst\" or \"dst,src\"",
+                                 path));
+  if (!value) return std::nullopt;
+  if (*value == "src,dst") return CombLayout::src_dst;
+  if (*value == "dst,src") return CombLayout::dst_src;
+  throw InputError(
+      fmt::format("{}: root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", path, *value));
 }
 
 std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object) {

@@ -134,9 +134,11 @@ void read_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, vo
 void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, const void* src);
 
 bool link_exists(hid_t file, const std::string& path);
-// True when `path` is an HDF5 file that opens and has the root attribute `name`; false for anything else (not HDF5,
-// truncated, locked by a writer, no such attribute). Never throws: it probes a file that an output would replace.
-bool file_has_root_attribute(const std::string& path, const std::string& name);
+// Whether the file at `path` has the root attribute `name`: false for a file that is not HDF5; std::nullopt, with
+// the reason in `why`, for one that is HDF5 (or cannot be read to tell) but does not open (a writer holds it, it is
+// truncated or corrupt), so that a caller guarding it fails closed. Never throws: it probes a file that an output
+// would replace.
+std::optional<bool> file_has_root_attribute(const std::string& path, const std::string& name, std::string& why);
 bool attribute_exists(hid_t object, const std::string& name);
 
 // String attributes (variable-length UTF-8, what h5py writes and reads as str).
@@ -146,6 +148,10 @@ void write_int_attribute(hid_t object, const std::string& name, int64_t value);
 // std::nullopt unless the attribute exists and holds exactly one string (attribute_exists tells a missing one from
 // one of another type).
 std::optional<std::string> read_string_attribute(hid_t object, const std::string& name);
+// The orientation a file's root attribute comb_layout declares (docs/format.md, "comb orientation"), std::nullopt
+// when it has none. InputError ("<path>: ...") when it is not one string naming src,dst or dst,src: ignoring it
+// would read comb-shaped tensors in the other orientation.
+std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path);
 // Every attribute of an object as text (strings as-is, numbers and small arrays printed).
 std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object);
 

@@ -247,12 +247,7 @@ struct InputReader::Impl {
                            where));
     }
     // The attribute is validated even when the option overrides it: a malformed file is refused either way.
-    std::optional<CombLayout> declared;
-    if (auto attr = root_string_attribute("comb_layout", "\"src,dst\" or \"dst,src\"")) {
-      if (*attr == "src,dst") declared = CombLayout::src_dst;
-      else if (*attr == "dst,src") declared = CombLayout::dst_src;
-      else fail(fmt::format("root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", *attr));
-    }
+    const std::optional<CombLayout> declared = detail::declared_comb_layout(file.get(), path);
     // An explicit option wins in both directions: a writer that transposed comb yet declared src,dst, or declared
     // dst,src for a comb it never transposed, is the bug class of SPEC §1 (docs/decisions.md).
     if (options.comb_layout) {

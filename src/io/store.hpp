@@ -222,6 +222,10 @@ class TensorFile {
   bool exists(const std::string& dataset) const;  // InputError when it is an external link (never followed)
   TensorInfo info(const std::string& dataset) const;
   std::vector<std::pair<std::string, std::string>> attributes(const std::string& object) const;  // as text
+  // The orientation the root attribute comb_layout declares for the file's comb-shaped tensors, std::nullopt when it
+  // has none; InputError when it is malformed (as InputReader refuses it). compare reads a results group's grad_comb
+  // in it (docs/format.md, "comb orientation").
+  std::optional<CombLayout> declared_comb_layout() const;
 
   // Elements [first, first + count) of the dataset in row-major order, converted to the requested
   // representation; bf16 reads return raw bits, f32/f64 reads require the stored dtype to match.

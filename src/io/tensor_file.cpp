@@ -210,6 +210,10 @@ std::vector<std::pair<std::string, std::string>> TensorFile::attributes(const st
   return detail::attributes_as_text(o.get());
 }
 
+std::optional<CombLayout> TensorFile::declared_comb_layout() const {
+  return detail::declared_comb_layout(impl_->file.get(), impl_->path);
+}
+
 void TensorFile::read_bf16(const std::string& dataset, int64_t first, int64_t count, bf16_bits* dst) const {
   Handle ds = impl_->open_dataset(dataset);
   impl_->check_range(dataset, ds.get(), first, count);
