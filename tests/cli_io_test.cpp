@@ -741,6 +741,17 @@ TEST_F(CliIo, ALibraryEndingTheProcessIsExit2WithNothingWritten) {
   }
 }
 
+// An output that is a file descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N, a link to one) was written through:
+// a redirected stdout's file was replaced by the rename, losing the rest of the output, and a pipe gave "could not
+// create a temp file in /proc/<pid>/fd". Refused now; run_cli redirects stdout and stderr to files, the replaced case.
+TEST_F(CliIo, AFileDescriptorIsNoOutput) {
+  std::filesystem::create_symlink("/dev/stdout", dir.file("to_stdout"));
+  for (const char* args : {"run good.h5 -o /dev/stdout --policies hf", "run good.h5 -o /dev/fd/2 --policies hf",
+                           "run good.h5 -o /proc/self/fd/1 --policies hf", "run good.h5 -o to_stdout --policies hf",
+                           "compare policy:hf policy:fp32-seeded --inputs good.h5 --report /dev/stderr"})
+    expect_refused(args, {"open file descriptor"});
+}
+
 TEST_F(CliIo, GenWithoutAShapeMakesEveryPreset) {
   for (const char* preset : {"seed-example", "randn", "realistic", "cancellation"}) {
     const CliResult g = run_cli(dir, std::string("gen --preset ") + preset + " -o default.h5");

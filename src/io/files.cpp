@@ -116,8 +116,17 @@ std::string kind_of(fs::file_type t) {
   }
 }
 
+struct DescriptorOutput {};
+
+// A name in /proc/<pid>/fd or /dev/fd: an open file descriptor (/dev/stdout leads there).
+bool names_descriptor(const fs::path& p) {
+  const fs::path dir = p.parent_path();
+  return dir == "/dev/fd" || (dir.filename() == "fd" && dir.parent_path().parent_path() == "/proc");
+}
+
 // `p` with every symlink of its last component followed (a dangling link gives the path it points to), then
 // made canonical as far as it exists. Sets `followed` when a link was followed.
+// DescriptorOutput when a name on the way is a file descriptor's.
 fs::path resolve_output(const fs::path& p0, bool& followed) {
   std::error_code ec;
   fs::path p = fs::absolute(p0, ec);
@@ -125,6 +134,9 @@ fs::path resolve_output(const fs::path& p0, bool& followed) {
   followed = false;
   for (int hops = 0; fs::is_symlink(p, ec); ++hops) {
     if (hops == 40) throw std::system_error(std::make_error_code(std::errc::too_many_symbolic_link_levels));
+    // Written through, a descriptor's file would be replaced by the rename (a redirected stdout's file lost the rest
+    // of the output) or, for a pipe, fail with a confusing temp-file error: refused instead (check_output).
+    if (names_descriptor(p)) throw DescriptorOutput{};
     const fs::path link = fs::read_symlink(p);
     p = link.is_absolute() ? link : p.parent_path() / link;
     followed = true;
@@ -302,6 +314,10 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
     out.target = resolve_output(path, followed);
   } catch (const std::system_error& e) {
     refuse(e.code().message());
+  } catch (const DescriptorOutput&) {
+    refuse(fmt::format("it is an open file descriptor (a standard stream such as /dev/stdout), and mhcdiff writes "
+                       "files only, renaming a complete temp file into place{}",
+                       what == "report" ? " (the report goes to standard output when --report is left out)" : ""));
   }
   const std::string via = followed ? fmt::format(" (the symlink points to {})", out.target.string()) : "";
   std::error_code ec;
