@@ -456,3 +456,14 @@ TEST_F(CliCompare, AGoldenBaselineThatDoesNotOpenIsNotReplaced) {
   std::ofstream(dir / "notes.h5") << "not HDF5";
   EXPECT_EQ(mhcdiff("run in.h5 -o notes.h5 --policies hf").rc, 0);
 }
+
+// Options that act only on what --inputs reads, and --relative-metric without --relative-to, were accepted and did
+// nothing (exit 0): now refused like --factor without --relative-to.
+TEST_F(CliCompare, OptionsWithoutTheOptionTheyActOnAreRefused) {
+  for (const char* extra : {"--round-inputs", "--allow-nonfinite", "--comb-layout dst,src", "--census-threshold 300"})
+    expect_input_error(std::string("compare res.h5:hf res.h5:exact --max-ulp 100 ") + extra, "requires --inputs");
+  expect_input_error("compare res.h5:hf res.h5:exact --relative-metric max_abs", "requires --relative-to");
+  const CliRun r = mhcdiff("compare res.h5:hf res.h5:exact --inputs in.h5 --census-threshold 300 --relative-to "
+                           "fp32-seeded --relative-metric max_abs --factor 1e9");
+  EXPECT_NE(r.rc, 2) << r.err;  // together with what they act on they are taken
+}

@@ -50,8 +50,9 @@ struct CompareCliOptions {
 };
 
 inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_inputs = true) {
+  CLI::Option* inputs = nullptr;
   if (with_inputs)
-    cmd->add_option("--inputs", o.inputs,
+    inputs = cmd->add_option("--inputs", o.inputs,
                     "inputs file: computes policy: sides, the exact truth (truth-ULP error, correct rounding) and the "
                     "cancellation census");
   cmd->add_option("--tensors", o.tensors, "tensors to compare (default: all the sides hold)")->delimiter(',');
@@ -103,6 +104,7 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   cmd->add_option("--factor", o.factor, "the k of --relative-to")->group(g)->needs(rel)->capture_default_str();
   cmd->add_option("--relative-metric", o.relative_metric, "error measure of --relative-to")
       ->group(g)
+      ->needs(rel)  // like --factor: alone it would be accepted and do nothing
       ->check(CLI::IsMember({"max_abs", "rel_l2", "max_truth_ulp"}))
       ->capture_default_str();
   cmd->add_option("--census-threshold", o.census_threshold, "kappa at which an element is a cancellation case")
@@ -120,7 +122,12 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->check(thread_count_check())->capture_default_str();
-  if (with_inputs) add_input_read_options(cmd, o.read);
+  if (with_inputs) {
+    add_input_read_options(cmd, o.read);
+    // These act only on what --inputs reads: without it they were accepted and did nothing.
+    for (const char* name : {"--comb-layout", "--round-inputs", "--allow-nonfinite", "--census-threshold"})
+      cmd->get_option(name)->needs(inputs);
+  }
 }
 
 // Every check below is written as "not in range", so that NaN (for which every comparison is false) is refused
