@@ -170,7 +170,8 @@ void describe_tree(Walk& w, haddr_t root_address) {
     w.nodes.push_back({top.node, sub});
     const size_t sub_node = w.nodes.size() - 1;
     if (auto seen = w.groups_seen.find(sub_address); seen != w.groups_seen.end()) {
-      w.text += fmt::format("\n{}\n  the group {} again (a hard link; not described twice)\n",
+      w.text += fmt::format("\n{}\n  the group {} again (another name of it, by a hard or soft link; not described "
+                            "twice)\n",
                             report::one_line(w.path_of(sub_node)), report::one_line(w.path_of(seen->second)));
     } else if (auto child = describe_group(w, top.group.get(), sub, sub_node, sub_address)) {
       open.push_back(std::move(*child));  // `top` is not used after this
