@@ -102,7 +102,26 @@ TEST_F(CliInvestigate, FingerprintFindsTheTransposedComb) {
   ASSERT_TRUE(strip_provenance(path("res_t.h5"), path("dump_t.h5")));  // as the faulty kernel's harness dumps it
   const Result r = mhcdiff("fingerprint " + path("in.h5") + " " + path("dump_t.h5"));
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("BIT-EXACT MATCH: fp32-seeded with comb transposed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("BIT-EXACT MATCH: fp32-seeded with comb transposed (read as dst,src)\n  "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" comb=dst,src\n"), std::string::npos) << r.out;
+
+  // With the inputs read as dst,src, the labels name how each kernel read the stored comb (they named the
+  // orientation relative to the inputs as read, so the kernel that honoured dst,src was labelled comb=src,dst).
+  ASSERT_EQ(mhcdiff("run " + path("in.h5") + " -o " + path("res_s.h5") + " --policies fp32-seeded --device cpu").code,
+            0);
+  ASSERT_TRUE(strip_provenance(path("res_s.h5"), path("dump_s.h5")));
+  const Result honoured = mhcdiff("fingerprint " + path("in.h5") + " " + path("dump_t.h5") + " --comb-layout dst,src");
+  EXPECT_EQ(honoured.code, 0) << honoured.out;
+  EXPECT_NE(honoured.out.find("BIT-EXACT MATCH: fp32-seeded\n  "), std::string::npos) << honoured.out;
+  EXPECT_NE(honoured.out.find(" comb=dst,src\n"), std::string::npos) << honoured.out;
+  const Result ignored = mhcdiff("fingerprint " + path("in.h5") + " " + path("dump_s.h5") + " --comb-layout dst,src");
+  EXPECT_EQ(ignored.code, 0) << ignored.out;
+  EXPECT_NE(ignored.out.find("BIT-EXACT MATCH: fp32-seeded with comb transposed (read as src,dst; the inputs' comb "
+                             "was read as dst,src)"),
+            std::string::npos)
+      << ignored.out;
+  EXPECT_NE(ignored.out.find(" comb=src,dst\n"), std::string::npos) << ignored.out;
 }
 
 TEST_F(CliInvestigate, FingerprintAcceptsUserPoliciesAsCandidatesAndLatticeEntries) {

@@ -364,6 +364,28 @@ TEST(Census, TermMagnitudesOfTheSeedExample) {
   }
 }
 
+// Terms of one sign: out = 1·1 + 2^-53·1 + 2^-53·1 = 1 + 2^-52 exactly, so κ = 1, but the binary64 sum of the
+// magnitudes, (1 + 2^-53) + 2^-53, rounds to 1 twice (ties to even) and 1 / (1 + 2^-52) < 1: κ printed as
+// 0.9999999999999998, and a census at threshold 1 left the element out. κ is at least 1 now.
+TEST(Census, KappaIsAtLeastOneWhereTheRoundedMagnitudeFallsBelowTheValue) {
+  Inputs in;
+  in.shape = {1, 2, 1};
+  in.x = {kOne};
+  in.residual = {kOne, kOne};
+  in.post = {1.0f, 1.0f};
+  in.comb = {0x1p-53f, 0.0f, 0x1p-53f, 0.0f};  // comb[k, ho]: both streams add 2^-53 to out[0]
+  std::vector<double> mag(2);
+  out_term_magnitudes(in.view(), mag.data());
+  const double t = 1.0 + 0x1p-52;  // RN64 of out[0], exact here
+  ASSERT_EQ(mag[0], 1.0) << "the rounded sum this test is about";
+  EXPECT_EQ(cancellation_kappa(mag[0], t), 1.0);
+  CensusAccumulator acc(1.0);
+  const bf16_bits y = kOne;
+  acc.add(&y, &t, mag.data(), 1, 0);
+  EXPECT_EQ(acc.finish().cases, 1);
+  EXPECT_EQ(acc.finish().max_kappa, 1.0);
+}
+
 TEST(ElementIndex, FlatIndicesMapToTheOperatorsAxes) {
   const IndexLayout out = layout_for("out", {2, 3, 4, 5});  // [B=2, S=3, H=4, D=5]: s is flattened
   EXPECT_EQ(out.at(0).to_string(), "(0, 0, 0)");

@@ -134,7 +134,7 @@ Explanation explain_element(const ElementInputs& in, const ElementAt& at, const 
   // κ is undefined for non-finite terms (inf / inf): a plain NaN, so the text reads "nan", not x86's "-nan".
   e.kappa = !std::isfinite(e.exact_rn64) ? std::numeric_limits<double>::quiet_NaN()
             : e.exact_rn64 == 0.0       ? std::numeric_limits<double>::infinity()
-                                        : magnitude / std::fabs(e.exact_rn64);
+                                        : metrics::cancellation_kappa(magnitude, e.exact_rn64);
 
   const double ulp = bf16_ulp(e.exact_rn64);
   for (const Policy& p : policies) {

@@ -370,12 +370,12 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
                      std::count_if(r.ranking.begin(), r.ranking.end(), [](const RankedVariant& v) { return v.verified; }));
   if (r.matched()) {
     const Variant& best = r.exact_matches.front();
-    out += fmt::format("\nBIT-EXACT MATCH: {}\n", describe(best));
-    if (!preset_name(best).empty()) out += fmt::format("  {}\n", describe_fields(best));
+    out += fmt::format("\nBIT-EXACT MATCH: {}\n", describe(best, r.inputs_dst_src));
+    if (!preset_name(best).empty()) out += fmt::format("  {}\n", describe_fields(best, r.inputs_dst_src));
     if (r.exact_matches.size() > 1) {
       out += fmt::format("  {} other variant(s) give the same bits on these inputs (indistinguishable here):\n",
                          r.exact_matches.size() - 1);
-      for (size_t i = 1; i < r.exact_matches.size(); ++i) out += fmt::format("    {}\n", describe(r.exact_matches[i]));
+      for (size_t i = 1; i < r.exact_matches.size(); ++i) out += fmt::format("    {}\n", describe(r.exact_matches[i], r.inputs_dst_src));
     }
   } else {
     out += r.mixture_matched() ? "\nNo single lattice variant matches bit-exactly; a two-variant mixture does (below).\n"
@@ -387,12 +387,12 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
     if (shown++ >= top) break;
     const double frac = rv.stats.elements ? double(rv.stats.mismatched) / double(rv.stats.elements) : 0.0;
     out += fmt::format("{:>4}  {:>10}{}  {:>12.3e}  {:<12}  {}\n", shown, rv.stats.mismatched, rv.verified ? "      " : " (smp)",
-                       frac, flat_index(r.shape, rv.stats.first_mismatch), describe(rv.variant));
+                       frac, flat_index(r.shape, rv.stats.first_mismatch), describe(rv.variant, r.inputs_dst_src));
   }
   if (!r.patterns.empty()) {
     out += "\nWhere the best variants' mismatches fall:\n";
     for (const PatternBreakdown& p : r.patterns) {
-      out += fmt::format("  {} ({} mismatched)\n", describe(p.variant), p.mismatched);
+      out += fmt::format("  {} ({} mismatched)\n", describe(p.variant, r.inputs_dst_src), p.mismatched);
       for (const auto& [period, counts] : p.by_d_mod) out += fmt::format("    by d mod {:<2}: {}\n", period, counts_list(counts));
       out += fmt::format("    by stream ho: {}\n", counts_list(p.by_stream));
       out += fmt::format("    tokens with mismatches: {} of {}", p.tokens_with_mismatches, r.shape.S);
@@ -408,7 +408,7 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
     for (const Mixture& m : r.mixtures) {
       out += fmt::format("  {} mismatched{} with {} ({} classes): {}\n", m.mismatched, m.mismatched == 0 ? " (BIT-EXACT)" : "",
                          m.pattern, m.classes, picks_text(m));
-      out += fmt::format("    A = {}\n    B = {}\n", describe(m.a), describe(m.b));
+      out += fmt::format("    A = {}\n    B = {}\n", describe(m.a, r.inputs_dst_src), describe(m.b, r.inputs_dst_src));
     }
   }
   if (r.exact_fallbacks) out += fmt::format("\n({} exact elements needed the multiprecision fallback)\n", r.exact_fallbacks);
@@ -417,9 +417,9 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
 
 std::string format_fingerprint_json(const FingerprintReport& r, int top) {
   using namespace json;
-  auto variant_obj = [](const Variant& v) {
-    return fmt::format("{{\"name\": {}, \"fields\": {}, \"preset\": {}}}", str(describe(v)), str(describe_fields(v)),
-                       str(preset_name(v)));
+  auto variant_obj = [&r](const Variant& v) {
+    return fmt::format("{{\"name\": {}, \"fields\": {}, \"preset\": {}}}", str(describe(v, r.inputs_dst_src)),
+                       str(describe_fields(v, r.inputs_dst_src)), str(preset_name(v)));
   };
   auto list = [](const std::vector<int64_t>& v) {
     std::string s;

@@ -93,6 +93,7 @@ struct FingerprintReport {
   std::vector<PatternBreakdown> patterns; // for the best verified variants when there is no exact match
   std::vector<Mixture> mixtures;          // the best two-variant mixtures (when no single variant matches)
   int64_t exact_fallbacks = 0;
+  bool inputs_dst_src = false;  // the inputs' comb was read as dst,src: describe(v, inputs_dst_src) names the stored array
 
   bool matched() const { return !exact_matches.empty(); }
   // A two-variant mixture reproduces the candidate bit for bit (the best is listed first); the command exits 0

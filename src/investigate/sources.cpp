@@ -204,7 +204,9 @@ FingerprintReport fingerprint_file(const std::string& inputs_path, const OutSour
       visit(s0, slab.view(), cand.data());
     }
   };
-  return fingerprint(shape, source, options);
+  FingerprintReport report = fingerprint(shape, source, options);
+  report.inputs_dst_src = reader.comb_layout() == io::CombLayout::dst_src;
+  return report;
 }
 
 ElementAt parse_element_at(const std::string& text) {

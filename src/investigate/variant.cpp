@@ -119,7 +119,14 @@ std::string preset_name(const Variant& v) {
   return "";
 }
 
-std::string describe_fields(const Variant& v) {
+namespace {
+// How a variant read the stored comb: its orientation relative to the inputs as read, composed with that reading.
+const char* stored_comb_reading(const Variant& v, bool inputs_dst_src) {
+  return (v.comb == CombOrientation::dst_src) != inputs_dst_src ? "dst,src" : "src,dst";
+}
+}  // namespace
+
+std::string describe_fields(const Variant& v, bool inputs_dst_src) {
   std::string s;
   if (v.desc.accumulator == Accumulator::exact) {
     s = "accumulator=exact";
@@ -134,13 +141,15 @@ std::string describe_fields(const Variant& v) {
     if (v.desc.order != TermOrder::seeded)
       s += fmt::format(" mix_rounding={}", v.desc.mix_rounding == MixRounding::bf16 ? "bf16" : "none");
   }
-  return s + (v.comb == CombOrientation::dst_src ? " comb=dst,src" : " comb=src,dst");
+  return s + " comb=" + stored_comb_reading(v, inputs_dst_src);
 }
 
-std::string describe(const Variant& v) {
+std::string describe(const Variant& v, bool inputs_dst_src) {
   std::string preset = preset_name(v);
-  if (preset.empty()) return describe_fields(v);
-  return v.comb == CombOrientation::dst_src ? preset + " with comb transposed (read as dst,src)" : preset;
+  if (preset.empty()) return describe_fields(v, inputs_dst_src);
+  if (v.comb == CombOrientation::src_dst) return preset;
+  return fmt::format("{} with comb transposed (read as {}{})", preset, stored_comb_reading(v, inputs_dst_src),
+                     inputs_dst_src ? "; the inputs' comb was read as dst,src" : "");
 }
 
 void TokenEvaluator::load(const InputsView& in, int64_t s) {

@@ -41,11 +41,14 @@ bool as_policy_desc(const Variant& v, PolicyDesc& out);
 // The name of the preset whose forward arithmetic this is ("fp32-seeded-fma"), or "".
 std::string preset_name(const Variant& v);
 
-// Human-readable: the preset name when it is one, else the fields, plus "comb=dst,src" when transposed.
-std::string describe(const Variant& v);
+// Human-readable: the preset name when it is one, else the fields; a transposed variant says how it read the stored
+// comb. `inputs_dst_src`: the inputs' comb was read as dst,src (--comb-layout or the file's attribute), so a
+// variant's orientation, relative to the inputs as read, is the other one of the stored array.
+std::string describe(const Variant& v, bool inputs_dst_src = false);
 
-// Field-by-field form, stable and machine-readable ("order=seeded coef=bf16 post_term=fused ...").
-std::string describe_fields(const Variant& v);
+// Field-by-field form, stable and machine-readable ("order=seeded coef=bf16 post_term=fused ... comb=src,dst"); comb=
+// is how the variant read the stored comb array (as describe).
+std::string describe_fields(const Variant& v, bool inputs_dst_src = false);
 
 // Per-token values every variant needs, prepared once and shared by all of them.
 class TokenEvaluator {

@@ -93,7 +93,7 @@ void CensusAccumulator::add(const bf16_bits* y_in, const double* truth64, const 
       }
       continue;
     }
-    const double kappa = magnitude[i] / std::fabs(t);
+    const double kappa = cancellation_kappa(magnitude[i], t);
     if (s_.max_kappa_index < 0 || kappa > s_.max_kappa) {
       s_.max_kappa = kappa;
       s_.max_kappa_index = index;

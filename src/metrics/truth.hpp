@@ -7,6 +7,8 @@
 // correctly rounded when it equals truth_rounded (as a value: -0 and +0 are both the rounding of an exact 0).
 // truth64 stands in for the real number t: its relative error (2^-53) is far below the 2^-8 / 2^-24 ULP
 // this measures.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
@@ -96,5 +98,10 @@ class CensusAccumulator {
 // |p·x| + Σ_k |c_k·r_k| for every out[s,ho,d] of a slab ([S,H,D] row-major). Each product is exact in binary64;
 // the sum of H+1 non-negative terms is within (H+1)·2^-53 relative, ample for κ.
 void out_term_magnitudes(const InputsView& in, double* dst);
+
+// κ of an element from its term magnitudes and RN64 of its exact value t ≠ 0 (finite): magnitude / |t| in binary64,
+// taken as at least 1, which the exact κ is by the triangle inequality. The rounded sum of magnitudes can fall just
+// below |t| where every term has one sign (κ = 0.9999999999999998 was printed, and a threshold of 1 missed it).
+inline double cancellation_kappa(double magnitude, double t) { return std::max(1.0, magnitude / std::fabs(t)); }
 
 }  // namespace mhc::metrics
