@@ -752,6 +752,26 @@ TEST_F(CliIo, AFileDescriptorIsNoOutput) {
     expect_refused(args, {"open file descriptor"});
 }
 
+// A directory that takes new files but forbids renaming and unlinking them (chattr +a): the commit's rename fails and
+// the temp file cannot be removed. The sentence said "nothing was written" with the temp file left; it names it now.
+TEST_F(CliIo, ATempFileThatCannotBeRemovedIsNamed) {
+  const std::string d = dir.file("append_only");
+  std::filesystem::create_directory(d);
+  if (std::system(("chattr +a " + d + " 2> /dev/null").c_str()) != 0)
+    GTEST_SKIP() << "chattr +a is not available here (needs root and a filesystem with inode flags)";
+  const CliResult r = run_cli(dir, "run good.h5 -o append_only/new.h5 --policies hf");
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(d)) left.push_back(e.path().string());
+  ASSERT_EQ(std::system(("chattr -a " + d).c_str()), 0);  // before any expectation, so the directory can go
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.error_lines(), 1) << r.err;
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_NE(r.err.find(left[0] + " could not be removed either (operation not permitted): delete it by hand"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(d + "/new.h5"));
+}
+
 TEST_F(CliIo, GenWithoutAShapeMakesEveryPreset) {
   for (const char* preset : {"seed-example", "randn", "realistic", "cancellation"}) {
     const CliResult g = run_cli(dir, std::string("gen --preset ") + preset + " -o default.h5");

@@ -433,7 +433,20 @@ void AtomicOutput::commit() {
     throw IoError(failure(system_reason(err)));
   }
   close(fd);
-  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) throw IoError(failure(system_reason(errno)));
+  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0) {
+    const std::string reason = system_reason(errno);
+    // Removed here rather than by the destructor, so the sentence can say when it cannot be: a directory that takes
+    // new files but forbids renaming and unlinking them (chattr +a) keeps the temp file whatever mhcdiff does.
+    if (unlink(temp_path_.c_str()) != 0 && errno != ENOENT)
+      throw IoError(fmt::format("writing the {} {} failed: {}; {}, but its temp file {} could not be removed either "
+                                "({}): delete it by hand",
+                                what_, requested_, reason,
+                                existed_ ? fmt::format("the existing {} is untouched", requested_)
+                                         : "the output was not written",
+                                temp_path_, system_reason(errno)));
+    temp_path_.clear();
+    throw IoError(failure(reason));
+  }
   committed_ = true;
   unregister_temp(temp_slot_);
   temp_slot_ = -1;
