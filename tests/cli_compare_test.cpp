@@ -428,8 +428,6 @@ TEST_F(CliCompare, GoldenRegenIsAtomicRefusesToClobberAndCheckGates) {
   EXPECT_NE(slurp(dir / "golden.h5"), before);
 }
 
-}  // namespace
-
 // The golden-baseline guard failed open: a baseline it could not open (a writer holding it, HDF5's lock; a copy
 // truncated in transit) counted as "not a golden baseline" and was replaced, exit 0. Now every output refuses it.
 TEST_F(CliCompare, AGoldenBaselineThatDoesNotOpenIsNotReplaced) {
@@ -448,7 +446,7 @@ TEST_F(CliCompare, AGoldenBaselineThatDoesNotOpenIsNotReplaced) {
     const hid_t held = H5Fopen((dir / "locked.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);  // HDF5 locks it
     ASSERT_GE(held, 0);
     for (const std::string& cmd : commands)
-      expect_input_error(cmd + "locked.h5", "another process has open for writing");
+      expect_input_error(cmd + "locked.h5", "an HDF5 file another process has open for writing");
     H5Fclose(held);
   }
   EXPECT_EQ(slurp(dir / "locked.h5"), golden);
@@ -467,3 +465,5 @@ TEST_F(CliCompare, OptionsWithoutTheOptionTheyActOnAreRefused) {
                            "fp32-seeded --relative-metric max_abs --factor 1e9");
   EXPECT_NE(r.rc, 2) << r.err;  // together with what they act on they are taken
 }
+
+}  // namespace

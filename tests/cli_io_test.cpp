@@ -722,11 +722,6 @@ TEST_F(CliIo, FailedRunLeavesExistingOutputUntouched) {
   EXPECT_EQ(read_file_bytes(dir.file("res.h5")), before);
 }
 
-// Without --shape each preset gets a shape it is defined for: seed-example's default is H = 2 (the one default
-// 16,4,64 made 'gen --preset seed-example' refuse a --shape it was never given).
-// libgomp ends the process with exit(1) when it cannot start a thread (here: a stack larger than the address space).
-// That read as compare's "a gate failed" and left run's temp file behind; it is exit 2 with the temp files removed,
-// our line after libgomp's own, and an existing output untouched.
 TEST_F(CliIo, ALibraryEndingTheProcessIsExit2WithNothingWritten) {
   std::ofstream(dir.file("out.h5")) << "the previous output";
   for (const char* args : {"run good.h5 -o out.h5 --policies hf --threads 2",
@@ -746,10 +741,16 @@ TEST_F(CliIo, ALibraryEndingTheProcessIsExit2WithNothingWritten) {
 // create a temp file in /proc/<pid>/fd". Refused now; run_cli redirects stdout and stderr to files, the replaced case.
 TEST_F(CliIo, AFileDescriptorIsNoOutput) {
   std::filesystem::create_symlink("/dev/stdout", dir.file("to_stdout"));
-  for (const char* args : {"run good.h5 -o /dev/stdout --policies hf", "run good.h5 -o /dev/fd/2 --policies hf",
-                           "run good.h5 -o /proc/self/fd/1 --policies hf", "run good.h5 -o to_stdout --policies hf",
-                           "compare policy:hf policy:fp32-seeded --inputs good.h5 --report /dev/stderr"})
-    expect_refused(args, {"open file descriptor"});
+  std::filesystem::create_symlink("/dev/fd", dir.file("fds"));
+  const std::string up = "../../../../../../../../../..";  // past the root from any depth of the temp directory
+  for (const std::string& o : {std::string("/dev/stdout"), std::string("/dev/fd/2"), std::string("/proc/self/fd/1"),
+                               std::string("to_stdout"), std::string("fds/1"), std::string("/dev/./fd/1"),
+                               std::string("/proc/self/fd/./1"), up + "/dev/fd/1", std::string("/dev//fd/1")})
+    expect_refused("run good.h5 -o " + o + " --policies hf", {"open file descriptor"});
+  expect_refused("compare policy:hf policy:fp32-seeded --inputs good.h5 --report /dev/stderr", {"open file descriptor"});
+  // A directory named fd elsewhere is an ordinary directory.
+  std::filesystem::create_directory(dir.file("fd"));
+  EXPECT_EQ(run_cli(dir, "run good.h5 -o fd/out.h5 --policies hf").exit_code, 0);
 }
 
 // A directory that takes new files but forbids renaming and unlinking them (chattr +a): the commit's rename fails and
@@ -772,6 +773,11 @@ TEST_F(CliIo, ATempFileThatCannotBeRemovedIsNamed) {
   EXPECT_FALSE(std::filesystem::exists(d + "/new.h5"));
 }
 
+// Without --shape each preset gets a shape it is defined for: seed-example's default is H = 2 (the one default
+// 16,4,64 made 'gen --preset seed-example' refuse a --shape it was never given).
+// libgomp ends the process with exit(1) when it cannot start a thread (here: a stack larger than the address space).
+// That read as compare's "a gate failed" and left run's temp file behind; it is exit 2 with the temp files removed,
+// our line after libgomp's own, and an existing output untouched.
 TEST_F(CliIo, GenWithoutAShapeMakesEveryPreset) {
   for (const char* preset : {"seed-example", "randn", "realistic", "cancellation"}) {
     const CliResult g = run_cli(dir, std::string("gen --preset ") + preset + " -o default.h5");

@@ -17,6 +17,7 @@
 #include "io/errors.hpp"
 #include "io/store.hpp"
 #include "io_test_util.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
 #include "policy/policy.hpp"
 #include "run/run.hpp"
 #include "run/thread_count.hpp"
@@ -372,11 +373,11 @@ TEST_F(InputsReview, TheLibraryRefusesThreadCountsTheCliRefuses) {
 TEST_F(InputsReview, AllCoresIsAtMostTheProcessors) {
   const int previous = omp_get_max_threads();
   omp_set_num_threads(50000);
-  EXPECT_EQ(run::resolve_thread_count(0), omp_get_num_procs());
+  EXPECT_EQ(cpu_thread_count(0), omp_get_num_procs());
   omp_set_num_threads(1);
-  EXPECT_EQ(run::resolve_thread_count(0), 1);
+  EXPECT_EQ(cpu_thread_count(0), 1);
   omp_set_num_threads(previous);
-  EXPECT_EQ(run::resolve_thread_count(3), 3);
+  EXPECT_EQ(cpu_thread_count(3), 3);
 }
 
 // ---- 5. slab sizes ---------------------------------------------------------------------------------------------

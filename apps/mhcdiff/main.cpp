@@ -116,6 +116,7 @@ int run_command_line(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   mhc::io::report_crashes_as_input_errors();
+  mhc::io::report_early_exits();
   const int code = run_command_line(argc, argv);
   mhc::io::main_returning();
   return code;

@@ -12,6 +12,7 @@
 #include "io/errors.hpp"
 #include "io/files.hpp"
 #include "io/store.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
 
 namespace mhc::gen {
 namespace {
@@ -234,7 +235,7 @@ Inputs generate_slab(const GenOptions& o, int64_t s0, int64_t count) {
   if (o.grad) in.grad_out.resize(size_t(count * H * D));
   Builder b{o, in, s0, H, D};
   // Every token is a pure function of (seed, token index): any thread count gives the same bits.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(cpu_thread_count(0))
   for (int64_t t = 0; t < count; ++t) {
     switch (o.preset) {
       case Preset::seed_example: b.seed_example(t); break;

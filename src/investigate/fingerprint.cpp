@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "investigate/json_text.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
 #include "numerics/bf16.hpp"
 #include "run/thread_count.hpp"
 
@@ -39,7 +40,7 @@ int64_t sample_stride(int64_t stride) {
   return std::max<int64_t>(1, stride);
 }
 
-int thread_count(int threads) { return run::resolve_thread_count(threads); }
+int thread_count(int threads) { return cpu_thread_count(threads); }
 
 // SPEC §5: bits must agree, except that NaN equals NaN whatever its payload.
 bool same_output(bf16_bits a, bf16_bits b) { return a == b || (bf16_is_nan(a) && bf16_is_nan(b)); }
@@ -375,7 +376,8 @@ std::string format_fingerprint_text(const FingerprintReport& r, int top) {
     if (r.exact_matches.size() > 1) {
       out += fmt::format("  {} other variant(s) give the same bits on these inputs (indistinguishable here):\n",
                          r.exact_matches.size() - 1);
-      for (size_t i = 1; i < r.exact_matches.size(); ++i) out += fmt::format("    {}\n", describe(r.exact_matches[i], r.inputs_dst_src));
+      for (size_t i = 1; i < r.exact_matches.size(); ++i)
+        out += fmt::format("    {}\n", describe(r.exact_matches[i], r.inputs_dst_src));
     }
   } else {
     out += r.mixture_matched() ? "\nNo single lattice variant matches bit-exactly; a two-variant mixture does (below).\n"
@@ -428,6 +430,9 @@ std::string format_fingerprint_json(const FingerprintReport& r, int top) {
   };
   std::string out = "{\n  \"schema\": \"mhcdiff.fingerprint/1\",\n";
   out += fmt::format("  \"shape\": {{\"S\": {}, \"H\": {}, \"D\": {}}},\n", r.shape.S, r.shape.H, r.shape.D);
+  // What a variant's "comb=" is relative to: the stored array, which the inputs were read as (--comb-layout or the
+  // file's attribute).
+  out += fmt::format("  \"inputs_comb_layout\": {},\n", str(r.inputs_dst_src ? "dst,src" : "src,dst"));
   out += fmt::format("  \"lattice_size\": {}, \"sampled_tokens\": {}, \"sampled_elements\": {},\n", r.lattice_size,
                      r.sampled_tokens, r.sampled_elements);
   out += fmt::format("  \"matched\": {}, \"mixture_matched\": {},\n  \"exact_matches\": [", boolean(r.matched()),

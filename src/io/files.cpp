@@ -116,27 +116,33 @@ std::string kind_of(fs::file_type t) {
   }
 }
 
-struct DescriptorOutput {};
-
-// A name in /proc/<pid>/fd or /dev/fd: an open file descriptor (/dev/stdout leads there).
+// A name in a process's descriptor directory: /dev/fd, /proc/<pid>/fd or /proc/<pid>/task/<tid>/fd, however spelt
+// (/dev/./fd, ../../dev/fd, a link to /dev/fd): its directory is compared once made canonical, which /dev/fd and
+// /proc/self resolve through.
 bool names_descriptor(const fs::path& p) {
-  const fs::path dir = p.parent_path();
-  return dir == "/dev/fd" || (dir.filename() == "fd" && dir.parent_path().parent_path() == "/proc");
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(p.parent_path(), ec);
+  if (ec || dir.filename() != "fd") return false;
+  const auto first = ++dir.begin();
+  return first != dir.end() && *first == "proc";
 }
 
 // `p` with every symlink of its last component followed (a dangling link gives the path it points to), then
-// made canonical as far as it exists. Sets `followed` when a link was followed.
-// DescriptorOutput when a name on the way is a file descriptor's.
-fs::path resolve_output(const fs::path& p0, bool& followed) {
+// made canonical as far as it exists. Sets `followed` when a link was followed, and `descriptor` (returning at once)
+// when one on the way is a file descriptor's: written through, the rename would replace a redirected stdout's file
+// (the rest of the output lost), and a pipe failed with a temp-file error naming /proc.
+fs::path resolve_output(const fs::path& p0, bool& followed, bool& descriptor) {
   std::error_code ec;
   fs::path p = fs::absolute(p0, ec);
   if (ec) p = p0;
   followed = false;
+  descriptor = false;
   for (int hops = 0; fs::is_symlink(p, ec); ++hops) {
     if (hops == 40) throw std::system_error(std::make_error_code(std::errc::too_many_symbolic_link_levels));
-    // Written through, a descriptor's file would be replaced by the rename (a redirected stdout's file lost the rest
-    // of the output) or, for a pipe, fail with a confusing temp-file error: refused instead (check_output).
-    if (names_descriptor(p)) throw DescriptorOutput{};
+    if (names_descriptor(p)) {
+      descriptor = true;
+      return p;
+    }
     const fs::path link = fs::read_symlink(p);
     p = link.is_absolute() ? link : p.parent_path() / link;
     followed = true;
@@ -212,14 +218,15 @@ extern "C" void report_early_exit() {
   remove_temps();
   const char* message =
       "[error] a library ended mhcdiff before it finished (its reason is on the line above; libgomp ends it so when it "
-      "cannot start the threads asked for: fewer --threads, or a higher process or memory limit). Nothing was "
-      "written.\n";
+      "cannot start the threads asked for: fewer threads, --threads or OMP_NUM_THREADS, or a higher process or "
+      "memory limit). Nothing was written.\n";
   ssize_t ignored = write(STDERR_FILENO, message, std::strlen(message));
   (void)ignored;
   _exit(2);
 }
 }  // namespace
 
+void report_early_exits() { std::atexit(report_early_exit); }
 void main_returning() { g_main_returned.store(true); }
 
 void report_crashes_as_input_errors() {
@@ -238,7 +245,6 @@ void report_crashes_as_input_errors() {
     action.sa_flags = SA_RESETHAND | (on_own_stack ? SA_ONSTACK : 0);
     sigaction(sig, &action, nullptr);
   }
-  std::atexit(report_early_exit);
 }
 
 std::string system_reason(int err) {
@@ -309,16 +315,16 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
   if (path.front() == '=')
     refuse(fmt::format("it starts with '=' (a short option takes its value after a space: -o {})", path.substr(1)));
   CheckedOutput out;
-  bool followed = false;
+  bool followed = false, descriptor = false;
   try {
-    out.target = resolve_output(path, followed);
+    out.target = resolve_output(path, followed, descriptor);
   } catch (const std::system_error& e) {
     refuse(e.code().message());
-  } catch (const DescriptorOutput&) {
+  }
+  if (descriptor)
     refuse(fmt::format("it is an open file descriptor (a standard stream such as /dev/stdout), and mhcdiff writes "
                        "files only, renaming a complete temp file into place{}",
                        what == "report" ? " (the report goes to standard output when --report is left out)" : ""));
-  }
   const std::string via = followed ? fmt::format(" (the symlink points to {})", out.target.string()) : "";
   std::error_code ec;
   const fs::file_status st = fs::status(out.target, ec);
@@ -335,8 +341,8 @@ CheckedOutput check_output(const std::string& path, const std::string& what, con
     const std::optional<bool> is_golden =
         detail::file_has_root_attribute(out.target.string(), kGoldenFormatAttribute, why);
     if (!is_golden)  // a golden baseline a writer holds, or one damaged in transit, stays: fail closed
-      refuse(fmt::format("it is an HDF5 file that {}, so whether it is a golden baseline (which only `mhcdiff golden "
-                         "regen --force` replaces) cannot be told; remove it or choose another {} path",
+      refuse(fmt::format("{}, so whether it is a golden baseline (which only `mhcdiff golden regen --force` replaces) "
+                         "cannot be told; remove it or choose another {} path",
                          why, what));
     if (*is_golden)
       refuse(fmt::format("it is a golden baseline ({} attribute), which only `mhcdiff golden regen --force` "
@@ -437,13 +443,15 @@ void AtomicOutput::commit() {
     const std::string reason = system_reason(errno);
     // Removed here rather than by the destructor, so the sentence can say when it cannot be: a directory that takes
     // new files but forbids renaming and unlinking them (chattr +a) keeps the temp file whatever mhcdiff does.
-    if (unlink(temp_path_.c_str()) != 0 && errno != ENOENT)
+    if (unlink(temp_path_.c_str()) != 0 && errno != ENOENT) {
+      const std::string unlink_reason = system_reason(errno);
       throw IoError(fmt::format("writing the {} {} failed: {}; {}, but its temp file {} could not be removed either "
                                 "({}): delete it by hand",
                                 what_, requested_, reason,
                                 existed_ ? fmt::format("the existing {} is untouched", requested_)
                                          : "the output was not written",
-                                temp_path_, system_reason(errno)));
+                                temp_path_, unlink_reason));
+    }
     temp_path_.clear();
     throw IoError(failure(reason));
   }

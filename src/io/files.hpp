@@ -52,10 +52,13 @@ std::filesystem::path check_output_fits(const std::string& path, const std::stri
 // global heap; h5dump crashes on it too): which signal depends on the garbage pointer it hands out (free() of it
 // aborts). That is bad input; the line also says that an intact file means a bug.
 void report_crashes_as_input_errors();
-// It also reports an exit() before main returns, which only a library makes (libgomp's when it cannot start a thread:
-// a process or memory limit, OMP_STACKSIZE too large): left alone it exited 1, which compare's callers read as a
-// failed gate, and left the output's temp file behind. Now the temp files are removed, one line follows the
-// library's own and the exit code is 2. main calls main_returning() as it returns.
+
+// For the command-line program: an exit() before main returns, which only a library makes (libgomp's when it cannot
+// start a thread: a process or memory limit, OMP_STACKSIZE too large), exited 1, which compare's callers read as a
+// failed gate, and left the output's temp file behind. After this call such an exit removes the temp files, adds one
+// line after the library's own and exits 2; main calls main_returning() as it returns, and a caller that does not
+// would turn its normal exit into exit 2.
+void report_early_exits();
 void main_returning();
 
 // Ends the process if it is still inside the guarded call `seconds` after the guard was made: `message` (one line)

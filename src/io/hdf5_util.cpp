@@ -93,14 +93,14 @@ std::optional<bool> file_has_root_attribute(const std::string& path, const std::
   const htri_t hdf5 = H5Fis_hdf5(path.c_str());
   if (hdf5 == 0) return false;
   if (hdf5 < 0) {
-    why = "cannot be read";
+    why = "it cannot be read";
     return std::nullopt;
   }
   const Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (file.valid()) return attribute_exists(file.get(), name);
   why = failure_mentions(failure_descriptions(), "unable to lock")
-            ? "another process has open for writing (HDF5 file locking)"
-            : "does not open (truncated or corrupt)";
+            ? "it is an HDF5 file another process has open for writing (HDF5 file locking)"
+            : "it is an HDF5 file that does not open (truncated or corrupt)";
   return std::nullopt;
 }
 

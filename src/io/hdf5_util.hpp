@@ -135,7 +135,7 @@ void write_flat(hid_t dataset, hid_t mem_type, uint64_t first, uint64_t count, c
 
 bool link_exists(hid_t file, const std::string& path);
 // Whether the file at `path` has the root attribute `name`: false for a file that is not HDF5; std::nullopt, with
-// the reason in `why`, for one that is HDF5 (or cannot be read to tell) but does not open (a writer holds it, it is
+// the reason in `why` ("it ..."), for one that is HDF5 (or cannot be read to tell) but does not open (a writer holds it, it is
 // truncated or corrupt), so that a caller guarding it fails closed. Never throws: it probes a file that an output
 // would replace.
 std::optional<bool> file_has_root_attribute(const std::string& path, const std::string& name, std::string& why);

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "run/thread_count.hpp"
+#include "kernels/cpu/operator_cpu.hpp"
 
 namespace mhc {
 namespace {
@@ -42,7 +42,7 @@ bool any_exponent_all_ones(const Value* p, int64_t n, Word exponent, int threads
 bool forward_inputs_finite(const InputsView& in, int threads) {
   const Shape& sh = in.shape;
   const int64_t H = sh.H;
-  const int t = run::resolve_thread_count(threads);
+  const int t = cpu_thread_count(threads);
   return !any_exponent_all_ones<bf16_bits>(in.x, sh.S * sh.D, 0x7f80u, t) &&
          !any_exponent_all_ones<bf16_bits>(in.residual, sh.S * H * sh.D, 0x7f80u, t) &&
          !any_exponent_all_ones<uint32_t>(in.post, sh.S * H, 0x7f800000u, t) &&

@@ -102,6 +102,9 @@ void out_term_magnitudes(const InputsView& in, double* dst);
 // κ of an element from its term magnitudes and RN64 of its exact value t ≠ 0 (finite): magnitude / |t| in binary64,
 // taken as at least 1, which the exact κ is by the triangle inequality. The rounded sum of magnitudes can fall just
 // below |t| where every term has one sign (κ = 0.9999999999999998 was printed, and a threshold of 1 missed it).
-inline double cancellation_kappa(double magnitude, double t) { return std::max(1.0, magnitude / std::fabs(t)); }
+inline double cancellation_kappa(double magnitude, double t) {
+  const double kappa = magnitude / std::fabs(t);
+  return kappa < 1.0 ? 1.0 : kappa;  // a NaN stays NaN
+}
 
 }  // namespace mhc::metrics

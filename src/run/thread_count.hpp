@@ -4,9 +4,6 @@
 // and by every command's --threads check (apps/mhcdiff/commands.hpp), so a library caller cannot ask for what the
 // CLI refuses (docs/decisions.md, "Command lines").
 #include <fmt/format.h>
-#include <omp.h>
-
-#include <algorithm>
 
 #include "io/errors.hpp"
 
@@ -20,13 +17,6 @@ inline constexpr int kMaxThreads = 1024;
 inline void require_thread_count(int threads) {
   if (threads < 0 || threads > kMaxThreads)
     throw InputError(fmt::format("--threads must be 0 (all cores) or 1..{} (got {})", kMaxThreads, threads));
-}
-
-// The threads a count stands for: itself, or for 0 ("all cores") OpenMP's default team (OMP_NUM_THREADS where set,
-// so a lower one is honoured) but at most the processors this process may run on: OMP_NUM_THREADS=50000 with the
-// default --threads made libgomp end the process (exit 1, a temp file left behind).
-inline int resolve_thread_count(int threads) {
-  return threads > 0 ? threads : std::clamp(omp_get_max_threads(), 1, std::max(1, omp_get_num_procs()));
 }
 
 }  // namespace mhc::run

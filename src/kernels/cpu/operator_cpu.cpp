@@ -7,12 +7,11 @@
 
 #include "kernels/exact_terms.hpp"
 #include "kernels/operator_math.hpp"
-#include "run/thread_count.hpp"
 
 namespace mhc {
 namespace {
 
-int thread_count(const CpuOptions& opt) { return run::resolve_thread_count(opt.threads); }
+int thread_count(const CpuOptions& opt) { return cpu_thread_count(opt.threads); }
 
 void check_shape(const InputsView& in) {
   if (in.shape.H < 1 || in.shape.H > kMaxStreams)
