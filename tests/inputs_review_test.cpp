@@ -235,6 +235,41 @@ TEST_F(InputsReview, ResultsReadWithTheOtherCombLayoutAreNamedAsSuch) {
   EXPECT_EQ(res.err.find("comb read as"), std::string::npos) << res.err;
 }
 
+// Two results files whose inputs' checksums differ were refused as "computed from different inputs" and nothing
+// more, also when they are one source read with the two --comb-layout values (each file stores its inputs as read).
+// The refusal now says so and how each side read comb; golden check, which compares against the golden file's
+// results, says it too. Results of really other inputs get no such hint.
+TEST_F(InputsReview, ResultsFilesFromTheTwoCombReadingsAreNamedAsSuch) {
+  write_declaring(dir.file("in.h5"), r, "src,dst");
+  ASSERT_EQ(run_cli(dir, "run in.h5 -o dst.h5 --policies hf --comb-layout dst,src").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, "run in.h5 -o src.h5 --policies hf").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, "golden regen in.h5 -o g.h5 --policies exact,hf").exit_code, 0);
+  for (const std::string cmd : {"compare dst.h5 src.h5", "compare src.h5 dst.h5", "golden check dst.h5:hf --golden g.h5"})
+    expect_refused(cmd, {"computed from different inputs", "they are the same inputs with comb read the other way round",
+                         "read in.h5's comb as dst,src (--comb-layout)",
+                         "read in.h5's comb as src,dst (the file's comb_layout attribute)"});
+
+  RawInputs other = r;
+  other.x[0] ^= 0x0001;
+  write_declaring(dir.file("other.h5"), other, "src,dst");
+  ASSERT_EQ(run_cli(dir, "run other.h5 -o other_results.h5 --policies hf").exit_code, 0);
+  const CliResult res = expect_refused("compare other_results.h5 dst.h5", {"computed from different inputs"});
+  EXPECT_EQ(res.err.find("comb read"), std::string::npos) << res.err;
+}
+
+// golden check reads the golden file's inputs as the file declares and takes no --comb-layout, so a golden file
+// whose comb_layout attribute was edited after regen is refused without naming an option it does not have.
+TEST_F(InputsReview, GoldenCheckOfAnEditedCombLayoutNamesNoOption) {
+  write_declaring(dir.file("in.h5"), r, "src,dst");
+  ASSERT_EQ(run_cli(dir, "golden regen in.h5 -o g.h5 --policies exact,hf").exit_code, 0);
+  set_root_string_attribute(dir.file("g.h5"), "comb_layout", "dst,src");
+  const CliResult res =
+      expect_refused("golden check policy:hf --golden g.h5",
+                     {"computed from other inputs", "they are these inputs with comb read as src,dst",
+                      "g.h5:/results/exact was computed with comb read the other way round from how"});
+  EXPECT_EQ(res.err.find("--comb-layout"), std::string::npos) << res.err;
+}
+
 // CLI11's IsMember printed the two values, each holding a comma, as a set of four: "--comb-layout
 // TEXT:{src,dst,dst,src}" in --help and "dst-src not in {src,dst,dst,src}" for a mistyped value.
 TEST_F(InputsReview, CombLayoutHelpAndRefusalNameTheTwoValues) {

@@ -421,8 +421,10 @@ CompareReport run_compare(const CompareOptions& opt) {
   // lacks a tensor is refused for the cause, not for the missing tensor.
   const std::string cand_inputs = input_checksum_of(cand), ref_inputs = input_checksum_of(ref);
   if (!cand_inputs.empty() && !ref_inputs.empty() && cand_inputs != ref_inputs)
-    throw InputError(fmt::format("{} and {} were computed from different inputs (input_checksum {} and {})",
-                                 cand.label(), ref.label(), cand_inputs, ref_inputs));
+    throw InputError(fmt::format("{} and {} were computed from different inputs (input_checksum {} and {}){}",
+                                 cand.label(), ref.label(), cand_inputs, ref_inputs,
+                                 io::transposed_comb_hint(cand.spec.path, cand.label(), cand_inputs, ref.spec.path,
+                                                          ref.label(), ref_inputs)));
   const std::vector<std::string> names = select_tensors(opt, cand, ref);
 
   std::optional<Shape> shape;
@@ -614,8 +616,8 @@ CompareReport run_compare(const CompareOptions& opt) {
   // After the pass that read the inputs (up front, it would read them twice).
   if (reader) {
     const std::string read = inputs_checksum.hex();
-    io::require_computed_from(cand.label(), cand_inputs, *reader, read);
-    io::require_computed_from(ref.label(), ref_inputs, *reader, read);
+    io::require_computed_from(cand.label(), cand_inputs, *reader, read, opt.comb_layout_option);
+    io::require_computed_from(ref.label(), ref_inputs, *reader, read, opt.comb_layout_option);
   }
 
   // ---- the report ----

@@ -44,6 +44,7 @@ struct CompareOptions {
   int64_t slab_elements = int64_t{1} << 22;  // elements of the widest tensor per slab
   io::ReadOptions read;
   std::string mode = "compare";
+  bool comb_layout_option = true;     // the command takes --comb-layout (golden check reads its inputs as declared)
 };
 
 // Throws InputError (exit 2) for anything wrong with the request or the files; otherwise the report, whose

@@ -288,6 +288,7 @@ CompareReport golden_check(const std::string& candidate, const std::string& gold
   opt.candidate = candidate;
   opt.reference = golden + ":/results/" + spec.reference;
   opt.mode = "golden check";
+  opt.comb_layout_option = false;
   // The golden file carries its own inputs: a policy: candidate, the census and --relative-to use them.
   if (opt.inputs.empty() && (candidate.rfind("policy:", 0) == 0 || !opt.gates.relative_to.empty() ||
                              opt.gates.needs_census())) {

@@ -466,16 +466,20 @@ Inputs read_inputs(const std::string& path, const ReadOptions& options) {
 }
 
 void require_computed_from(const std::string& side, const std::string& computed_from, InputReader& inputs,
-                           const std::string& inputs_checksum) {
+                           const std::string& inputs_checksum, bool comb_layout_option) {
   if (computed_from.empty() || computed_from == inputs_checksum) return;
   // The checksum covers comb as read, so results made from the same file read the other way round (a run with
   // --comb-layout dst,src, checked without it) differ too: told apart by a second pass, on this error path only.
   const CombLayout other = inputs.comb_layout() == CombLayout::src_dst ? CombLayout::dst_src : CombLayout::src_dst;
-  const std::string hint =
-      inputs.checksum(true) == computed_from
-          ? fmt::format("; they are these inputs with comb read as {} (comb was read as {} here): pass --comb-layout {}",
-                        comb_layout_name(other), comb_layout_name(inputs.comb_layout()), comb_layout_name(other))
-          : "";
+  std::string hint;
+  if (inputs.checksum(true) == computed_from) {
+    hint = fmt::format("; they are these inputs with comb read as {} (comb was read as {} here)",
+                       comb_layout_name(other), inputs.comb_layout_text());
+    hint += comb_layout_option ? fmt::format(": pass --comb-layout {}", comb_layout_name(other))
+                               : fmt::format(": {} was computed with comb read the other way round from how {} "
+                                             "declares it",
+                                             side, inputs.path());
+  }
   throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {}){}", side,
                                inputs.path(), computed_from, inputs_checksum, hint));
 }
@@ -492,6 +496,49 @@ std::string results_inputs_checksum(const std::string& path, const std::string& 
   } catch (const InputError&) {
     return "";  // no /inputs, or none `run` could read: nothing to check against
   }
+}
+
+namespace {
+
+// The stored /inputs of `path` with comb transposed have checksum `checksum`; false when they do not or there are no
+// readable /inputs.
+bool stored_inputs_transposed_match(const std::string& path, const std::string& checksum) {
+  try {
+    ReadOptions stored;  // as results_inputs_checksum reads them
+    stored.allow_nonfinite = true;
+    return InputReader(path, stored).checksum(true) == checksum;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
+// How the results in `path` read comb from their source, as `run` recorded it ("in.h5's comb as dst,src
+// (--comb-layout)"), or "" when the file does not say.
+std::string source_comb_reading(const std::string& path) {
+  std::string layout, source;
+  try {
+    const TensorFile file(path);  // attributes() throws InputError when there is no /inputs
+    for (const auto& [key, value] : file.attributes("/inputs")) {
+      if (key == "source_comb_layout") layout = value;
+      if (key == "source_file") source = value;
+    }
+  } catch (const InputError&) {
+    return "";
+  }
+  if (layout.empty()) return "";
+  return fmt::format("{} as {}", source.empty() ? "comb" : source + "'s comb", layout);
+}
+
+}  // namespace
+
+std::string transposed_comb_hint(const std::string& path_a, const std::string& label_a, const std::string& checksum_a,
+                                 const std::string& path_b, const std::string& label_b, const std::string& checksum_b) {
+  if (!stored_inputs_transposed_match(path_a, checksum_b) && !stored_inputs_transposed_match(path_b, checksum_a))
+    return "";
+  std::string hint = "; they are the same inputs with comb read the other way round";
+  const std::string read_a = source_comb_reading(path_a), read_b = source_comb_reading(path_b);
+  if (!read_a.empty() && !read_b.empty()) hint += fmt::format(": {} read {}, {} read {}", label_a, read_a, label_b, read_b);
+  return hint + "; recompute one side with the other's --comb-layout";
 }
 
 }  // namespace mhc::io

@@ -123,9 +123,17 @@ std::string results_inputs_checksum(const std::string& path, const std::string& 
 
 // InputError unless results `side` (its label) whose inputs' checksum is `computed_from` ("" when unknown: not
 // checked) were computed from the inputs `inputs` reads, whose checksum is `inputs_checksum`. When they were computed
-// from the same inputs with comb read the other way round, the message says so and names the --comb-layout.
+// from the same inputs with comb read the other way round, the message says so, and names the --comb-layout that
+// reads them alike where the command takes one (`comb_layout_option`; golden check reads its file as declared).
 void require_computed_from(const std::string& side, const std::string& computed_from, InputReader& inputs,
-                           const std::string& inputs_checksum);
+                           const std::string& inputs_checksum, bool comb_layout_option = true);
+
+// For two results files whose inputs' checksums differ (`checksum_a` of results `label_a` in `path_a`, likewise b):
+// when one file's stored /inputs with comb transposed have the other's checksum, the two were computed from the same
+// inputs with comb read the other way round, and the text returned ("; ...", to append to the refusal) says so and
+// how each side read comb; otherwise "". Reads a file's /inputs, so it is meant for an error path.
+std::string transposed_comb_hint(const std::string& path_a, const std::string& label_a, const std::string& checksum_a,
+                                 const std::string& path_b, const std::string& label_b, const std::string& checksum_b);
 
 // Provenance attached to every results group (SPEC §3).
 struct Provenance {
