@@ -734,8 +734,10 @@ double heap_read_limit_seconds() {
   return 30.0;
 }
 
-// "attribute @name of /path in file.h5", for the stall message.
-std::string attribute_place(hid_t attr) {
+// "attribute @name of /path in file.h5", for the stall message. `object_path` names the attribute's object where the
+// caller knows it: HDF5 has no path for an object opened by address (info's walk), and finding one searches the
+// whole file, recursively (a stack overflow under 3 000 nested groups).
+std::string attribute_place(hid_t attr, const ObjectPath& object_path) {
   auto name_of = [&](auto get) {
     const ssize_t size = get(nullptr, 0);
     if (size <= 0) return std::string("?");
@@ -746,11 +748,12 @@ std::string attribute_place(hid_t attr) {
   };
   return fmt::format("attribute @{} of {} in {}",
                      name_of([&](char* buf, size_t size) { return H5Aget_name(attr, size, buf); }),
-                     name_of([&](char* buf, size_t size) { return H5Iget_name(attr, buf, size); }),
+                     object_path ? object_path()
+                                 : name_of([&](char* buf, size_t size) { return H5Iget_name(attr, buf, size); }),
                      name_of([&](char* buf, size_t size) { return H5Fget_name(attr, buf, size); }));
 }
 
-std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
+std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n, const ObjectPath& object_path = {}) {
   std::vector<std::string> out;
   if (H5Tis_variable_str(type) > 0) {
     Handle mem(H5Tcopy(H5T_C_S1));
@@ -764,7 +767,7 @@ std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
                                        "damaged files (a damaged global heap, where string attributes live); check the "
                                        "file with h5dump, and if it is intact, raise MHCDIFF_HEAP_READ_SECONDS. "
                                        "Nothing was written.",
-                                       attribute_place(attr), limit),
+                                       attribute_place(attr, object_path), limit),
                            limit);
     if (H5Aread(attr, mem.get(), buf.data()) < 0) return out;
     for (char* s : buf) out.emplace_back(s ? s : "");
@@ -783,14 +786,14 @@ std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
   return out;
 }
 
-std::string attribute_text(hid_t attr) {
+std::string attribute_text(hid_t attr, const ObjectPath& object_path = {}) {
   Handle type(H5Aget_type(attr));
   Handle space(H5Aget_space(attr));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   const H5T_class_t cls = H5Tget_class(type.get());
   std::vector<std::string> items;
   if (cls == H5T_STRING) {
-    items = read_strings(attr, type.get(), n);
+    items = read_strings(attr, type.get(), n, object_path);
   } else if (cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE) {
     // Read as unsigned: as long long, HDF5 clips 2^63 .. 2^64 − 1 to 2^63 − 1 (a uint64 limit became another
     // number).
@@ -843,14 +846,14 @@ std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& pa
       fmt::format("{}: root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", path, *value));
 }
 
-std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object) {
+std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object, const ObjectPath& object_path) {
   std::vector<std::string> names;
   hsize_t idx = 0;
   H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attribute_name, &names);
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& name : names) {
     Handle attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
-    out.emplace_back(name, attr.valid() ? attribute_text(attr.get()) : "(unreadable)");
+    out.emplace_back(name, attr.valid() ? attribute_text(attr.get(), object_path) : "(unreadable)");
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -152,7 +153,10 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
 // when it has none. InputError ("<path>: ...") when it is not one string naming src,dst or dst,src: ignoring it
 // would read comb-shaped tensors in the other orientation.
 std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path);
-// Every attribute of an object as text (strings as-is, numbers and small arrays printed).
-std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object);
+// The path of an object, computed only when needed (a message naming it).
+using ObjectPath = std::function<std::string()>;
+// Every attribute of an object as text (strings as-is, numbers and small arrays printed). `object_path`, where given,
+// names the object in messages instead of HDF5's own name for it (pass it for objects opened by address).
+std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object, const ObjectPath& object_path = {});
 
 }  // namespace mhc::io::detail
