@@ -97,6 +97,19 @@ TEST_F(CliIo, GenRunInfoWorkEndToEnd) {
   EXPECT_EQ(read_file_bytes(dir.file("in.h5")), read_file_bytes(dir.file("again.h5")));
 }
 
+// A newline in a file name split the [info] line naming it in two, the second part without a level (errors were
+// escaped at each call; [info] and [warn] lines were not). Every log line is escaped in one place now.
+TEST_F(CliIo, ALogLineNamingAFileWithANewlineStaysOneLine) {
+  const CliResult g = run_cli(dir, "gen --shape 4,2,8 -o \"$(printf 'a\\nb.h5')\"");
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.err.rfind("[info] wrote a\\nb.h5: preset randn", 0), 0u) << g.err;
+  EXPECT_EQ(g.error_lines(), 1) << g.err;
+  const CliResult r = run_cli(dir, "run \"$(printf 'a\\nb.h5')\" -o \"$(printf 'r\\n.h5')\" --policies hf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("[info] wrote r\\n.h5: 1 policies", 0), 0u) << r.err;
+  EXPECT_EQ(r.error_lines(), 1) << r.err;
+}
+
 TEST_F(CliIo, QuietRunPrintsNothing) {
   CliResult r = run_cli(dir, "run good.h5 -o res.h5 --policies hf --quiet");
   EXPECT_EQ(r.exit_code, 0);

@@ -6,19 +6,21 @@
 
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "io/errors.hpp"
 #include "io/files.hpp"
-#include "report/text_safety.hpp"
+#include "one_line_sink.hpp"
 
 namespace {
 
 int run_command_line(int argc, char** argv) {
   // Logs and progress go to stderr; stdout is for the report (SPEC §4).
-  spdlog::set_default_logger(spdlog::stderr_color_mt("mhcdiff"));
+  auto sink = std::make_shared<mhc::cli::OneLineSink>(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("mhcdiff", std::move(sink)));
   spdlog::set_pattern("%^[%l]%$ %v");
 
   CLI::App app{"mhcdiff: validate and diff the mHC post operator under real rounding policies"};
@@ -60,7 +62,7 @@ int run_command_line(int argc, char** argv) {
     }
     if (!found) {
       spdlog::error("unknown {0}command '{1}'; the {0}commands are {2} (mhcdiff {0}--help)", scope,
-                    mhc::report::one_line(*word), fmt::join(names, ", "));
+                    *word, fmt::join(names, ", "));
       return 2;
     }
     parent = found;
@@ -88,13 +90,13 @@ int run_command_line(int argc, char** argv) {
     // -q with -v is mhcdiff's own option pair, listed by mhcdiff --help, not by the command's.
     if (dynamic_cast<const CLI::ExcludesError*>(&e) && message.find("--quiet") != std::string::npos)
       command = "mhcdiff ";
-    spdlog::error("{} ({}--help)", mhc::report::one_line(message), command);
+    spdlog::error("{} ({}--help)", message, command);
     return 2;
   } catch (const mhc::InputError& e) {
-    spdlog::error("{}", mhc::report::one_line(e.what()));  // names from files and arguments may hold newlines
+    spdlog::error("{}", e.what());  // one line: names from files and arguments are escaped by OneLineSink
     return 2;
   } catch (const std::invalid_argument& e) {
-    spdlog::error("{}", mhc::report::one_line(e.what()));
+    spdlog::error("{}", e.what());
     return 2;
   } catch (const std::bad_alloc&) {
     // What can make the request smaller depends on the command (only run has --slab-tokens).
@@ -106,7 +108,7 @@ int run_command_line(int argc, char** argv) {
                                                      : "");
     return 2;
   } catch (const std::exception& e) {
-    spdlog::error("internal error: {}", mhc::report::one_line(e.what()));
+    spdlog::error("internal error: {}", e.what());
     return 2;
   }
   return ctx.exit_code;

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "io/hdf5_util.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::io {
 
@@ -190,7 +191,7 @@ timer_t* stall_timer() {
 StallGuard::StallGuard(const std::string& message, double seconds) {
   timer_t* timer = stall_timer();
   if (g_stall_armed || timer == nullptr || !(seconds > 0 && seconds < 1e9)) return;  // 1e9 s: no limit
-  const std::string line = "[error] " + message + "\n";
+  const std::string line = "[error] " + report::one_line(message) + "\n";  // one line, as the log's (OneLineSink)
   g_stall_length = std::min(line.size(), g_stall_message.size());
   std::memcpy(g_stall_message.data(), line.data(), g_stall_length);
   g_stall_message[g_stall_length - 1] = '\n';
