@@ -295,6 +295,29 @@ TEST(Truth, OverflowToInfinityIsAnInfiniteError) {
   EXPECT_TRUE(std::isinf(s.rel_l2));
 }
 
+// The other way round: the exact value is finite but rounds to +inf in bf16, so +inf is the correct result and the
+// largest finite value is infinitely far (docs/metrics.md). Only t was checked for finiteness, so this measured
+// |y − t| / ulp(t) with ulp capped at the top binade: 257 ULP for t = 2^129, and 0.5 at the tie 2^128 − 2^119.
+//  0: t = 2^129,           RNb = +inf; y = max finite (0x7f7f) → wrong, inf
+//  1: t = 2^128 − 2^119,   RNb = +inf (the tie goes up); y = 0x7f7f → wrong, inf
+//  2: t = 2^129,           RNb = +inf; y = +inf → a correct infinity, left out of the mean
+//  3: t = 1 + 2^-8 (a tie), RNb = 1;   y = 1 + 2^-7 → wrong, 0.5 ULP: the only finite error
+TEST(Truth, AFiniteValueWhereTheTruthOverflowsIsInfinitelyFar) {
+  const std::vector<double> t = {0x1p129, 0x1p128 - 0x1p119, 0x1p129, 1 + 0x1p-8};
+  const std::vector<bf16_bits> tr = {0x7f80, 0x7f80, 0x7f80, kOne};
+  const std::vector<bf16_bits> y = {0x7f7f, 0x7f7f, 0x7f80, kOneUlp};
+  TruthAccumulator acc(Format::bf16);
+  acc.add(y.data(), tr.data(), t.data(), 4, 0);
+  const TruthStats s = acc.finish();
+  EXPECT_EQ(s.not_correctly_rounded, 3);
+  EXPECT_EQ(s.nonfinite_disagreements, 2);
+  EXPECT_TRUE(std::isinf(s.max_error_ulp.value));
+  EXPECT_EQ(s.max_error_ulp.index, 0);
+  EXPECT_EQ(s.mean_error_ulp, 0.5);
+  EXPECT_TRUE(std::isinf(s.rel_l2));
+  EXPECT_TRUE(std::isinf(s.normalized_max));
+}
+
 // Census, K = 256. (t, |p·x| + Σ|c·r|, y) → classification:
 //  0: (1, 1000, 1)            κ 1000: survived
 //  1: (1, 1000, 0)            flushed

@@ -39,7 +39,9 @@ void TruthAccumulator::add_run(const T* y_in, const T* truth_rounded, const doub
     const bool correct = (y == tr) || (std::isnan(y) && std::isnan(tr));
     if (!correct) ++s_.not_correctly_rounded;
     double err_ulp;
-    if (!std::isfinite(t) || !std::isfinite(y)) {
+    // tr too: a finite t that rounds to ±inf in the dtype makes that infinity the correct result and a finite y
+    // infinitely far (ulp_of, capped at the top binade, gave it a finite error).
+    if (!std::isfinite(t) || !std::isfinite(tr) || !std::isfinite(y)) {
       if (correct) continue;  // the same infinity or NaN: no error to measure
       ++s_.nonfinite_disagreements;
       err_ulp = inf;
