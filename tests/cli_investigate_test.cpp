@@ -292,6 +292,36 @@ TEST_F(CliInvestigate, FingerprintAndExtractResolvePolicyAliasesAsCompareDoes) {
       << several.out;
 }
 
+// A policy's name where a file was expected was "file exact does not exist" in fingerprint and extract; compare said
+// how to write a computed side. All three say it now. An unknown policy's message lists the --policy-file policies
+// among the known ones (it listed only the built-ins).
+TEST_F(CliInvestigate, APolicyNameGivenAsAFileIsNamedAsSuch) {
+  const Result f = mhcdiff_with_stderr("fingerprint " + path("in.h5") + " hf");
+  EXPECT_EQ(f.code, 2);
+  EXPECT_NE(f.out.find("hf: no such file (to compute the hf-bf16 policy from the inputs, write policy:hf)"),
+            std::string::npos)
+      << f.out;
+  const Result x = mhcdiff_with_stderr("extract " + path("res.h5") + ":hf exact --inputs " + path("in.h5") +
+                                       " -o " + path("never.h5"));
+  EXPECT_EQ(x.code, 2);
+  EXPECT_NE(x.out.find("exact: no such file (to compute the exact policy from the inputs, write policy:exact)"),
+            std::string::npos)
+      << x.out;
+  EXPECT_FALSE(std::filesystem::exists(path("never.h5")));
+
+  std::ofstream(path("mine.policy")) << "name = \"mine\"\naccumulator = fp64\n";
+  for (const std::string& cmd :
+       {"run " + path("in.h5") + " -o " + path("never.h5") + " --policies nope --policy-file " + path("mine.policy"),
+        "compare policy:nope policy:hf --inputs " + path("in.h5") + " --policy-file " + path("mine.policy"),
+        "fingerprint " + path("in.h5") + " policy:nope --policy-file " + path("mine.policy")}) {
+    const Result r = mhcdiff_with_stderr(cmd);
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_NE(r.out.find("unknown policy 'nope' (known: hf-bf16,"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("; from --policy-file: mine)"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("never.h5")));
+}
+
 // A dataset named by path that mhcdiff names as something else (an input, a gradient) is refused, although
 // residual and grad_residual have out's shape: both commands read them as forward outputs and reported on them.
 TEST_F(CliInvestigate, FingerprintAndExtractRefuseAnInputOrAGradientAsOut) {

@@ -497,6 +497,26 @@ TEST_F(CliIo, OutOfRangeOptionValuesAreUsageErrors) {
   expect_usage_error("compare policy:hf policy:exact --inputs good.h5 --format json --report ''", "--report");
 }
 
+// CLI11 reads an integer with a leading 0 as octal: --seed 010 made seed 8's data, --reps 010 ran 8 times and
+// --top-k 09 was "Could not convert". Counts are decimal whatever their leading zeros; --sinkhorn-iterations, which
+// took "0x10" and any size, is a count too now (1 to 100 000).
+TEST_F(CliIo, CountsWithLeadingZerosAreDecimal) {
+  ASSERT_EQ(run_cli(dir, "gen --seed 010 -o s010.h5").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, "gen --seed 10 -o s10.h5").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, "gen --seed 8 -o s8.h5").exit_code, 0);
+  EXPECT_EQ(read_file_bytes(dir.file("s010.h5")), read_file_bytes(dir.file("s10.h5")));
+  EXPECT_NE(read_file_bytes(dir.file("s010.h5")), read_file_bytes(dir.file("s8.h5")));
+  const CliResult bench = run_cli(dir, "bench --shape 4,2,8 --device cpu --policies hf --no-backward --reps 010");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("median of 10 runs"), std::string::npos) << bench.out;
+  const CliResult top = run_cli(dir, "compare policy:hf policy:exact --inputs good.h5 --top-k 09 --format json");
+  EXPECT_NE(top.exit_code, 2) << top.err;
+  ASSERT_EQ(run_cli(dir, "gen --preset realistic --sinkhorn-iterations 020 -o r.h5").exit_code, 0);
+  EXPECT_NE(run_cli(dir, "info r.h5").out.find("@sinkhorn_iterations = 20\n"), std::string::npos);
+  expect_usage_error("gen --preset realistic --sinkhorn-iterations 0x10 -o x.h5", "'0x10' is not a whole number");
+  expect_usage_error("gen --preset realistic --sinkhorn-iterations 100001 -o x.h5", "not in the range 1 to 100000");
+}
+
 // A preset's knob given to another preset would be silently ignored; a shape larger than the disk would write
 // for hours before failing. Both are refused up front; `info` shows batch dims only where there are several.
 TEST_F(CliIo, GenRefusesKnobsOfOtherPresetsAndShapesTheDiskCannotHold) {

@@ -99,6 +99,12 @@ TEST_F(RunReview, BenchTimesOnAGenPresetWhenAsked) {
     EXPECT_NE(r.out.find("exact            bwd"), std::string::npos) << r.out;
   }
   expect_refused(bench + "--preset seed-example", "seed-example");
+  // Without --shape, seed-example's shapes are the default ones with H = 2 (the default 256,4,4096 was refused, as
+  // if the user had given it).
+  const CliResult seed_example =
+      run_mhcdiff(dir, "bench --device cpu --reps 1 --policies hf --no-backward --preset seed-example");
+  ASSERT_EQ(seed_example.exit_code, 0) << seed_example.err;
+  EXPECT_NE(seed_example.out.find("\n256,2,4096 "), std::string::npos) << seed_example.out;
   expect_refused(bench + "--preset gaussian", "unknown preset 'gaussian'");
   expect_refused(bench + "--preset ''", "unknown preset ''");
   const CliResult md = run_mhcdiff(dir, bench + "--preset realistic --format markdown");

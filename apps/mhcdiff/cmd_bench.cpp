@@ -27,16 +27,17 @@ void add_bench_command(CLI::App& app, CommandContext& ctx) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("bench", "time each policy's forward and backward (GB/s, % of a copy)");
-  cmd->add_option("--shape", args->shapes, "S,H,D (repeatable); default: SPEC §8's shapes on the GPU, 256,4,4096 on the CPU");
+  cmd->add_option("--shape", args->shapes, "S,H,D (repeatable); default: SPEC §8's shapes on the GPU, 256,4,4096 on the CPU (H = 2 for --preset "
+                  "seed-example)");
   cmd->add_option("--policies", args->policies, "comma-separated policies; all = every built-in")->capture_default_str();
   cmd->add_option("--device", args->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--reps", args->reps, "timed runs per measurement (median); default 40 on the GPU, 3 on the CPU")
-      ->check(whole_number_in(1, 1000000));
-  cmd->add_option("--seed", args->seed, "seed of the random inputs")->check(seed_check())->capture_default_str();
+      ->transform(whole_number_in(1, 1000000));
+  cmd->add_option("--seed", args->seed, "seed of the random inputs")->transform(seed_check())->capture_default_str();
   CLI::Option* preset = cmd->add_option("--preset", args->preset,
                   "time on `mhcdiff gen`'s inputs of this preset (randn, realistic, cancellation, seed-example; made "
                   "on the host) instead of the bench's own randn-like data");
-  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->transform(thread_count_check())->capture_default_str();
   cmd->add_flag("--no-backward", args->no_backward, "time the forward only");
   cmd->add_option("--format", args->format, "text, csv or markdown")->check(CLI::IsMember({"text", "csv", "markdown"}))
       ->capture_default_str();

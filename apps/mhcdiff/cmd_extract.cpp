@@ -27,11 +27,11 @@ void add_extract_command(CLI::App& app, CommandContext&) {
   cmd->add_option("candidate", args->candidate, "file.h5, file.h5:NAME, file.h5:/dataset, or policy:NAME")->required();
   cmd->add_option("reference", args->reference, "file.h5, file.h5:NAME, file.h5:/dataset, or policy:NAME")->required();
   cmd->add_option("--inputs", args->inputs, "the inputs both sides were computed from")->required();
-  cmd->add_option("--worst", args->o.worst, "how many tokens to extract")->check(whole_number_in(1, int64_t{1} << 40))->capture_default_str();
+  cmd->add_option("--worst", args->o.worst, "how many tokens to extract")->transform(whole_number_in(1, int64_t{1} << 40))->capture_default_str();
   cmd->add_option("-o,--output", args->output, "the repro file (written atomically)")->required();
   cmd->add_option("--policy-file", args->policy_files, "a user policy usable as policy:NAME; repeatable");
   cmd->add_option("--threads", args->o.threads, "CPU threads for policy: sides (0: all)")
-      ->check(thread_count_check())
+      ->transform(thread_count_check())
       ->capture_default_str();
   add_input_read_options(cmd, args->read);
   cmd->callback([args] {

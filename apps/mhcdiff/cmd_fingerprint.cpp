@@ -29,14 +29,14 @@ void add_fingerprint_command(CLI::App& app, CommandContext& ctx) {
       ->required();
   cmd->add_option("--policy-file", args->policy_files, "a user policy to add to the lattice; repeatable");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
-  cmd->add_option("--top", args->top, "variants listed in the ranking")->check(whole_number_in(1, 1000))->capture_default_str();
+  cmd->add_option("--top", args->top, "variants listed in the ranking")->transform(whole_number_in(1, 1000))->capture_default_str();
   cmd->add_option("--sample", args->o.sample_elements, "elements of the sampling stage (all variants)")
-      ->check(whole_number_in(1, int64_t{1} << 40))
+      ->transform(whole_number_in(1, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--survivors", args->o.survivors, "variants verified on every element")
-      ->check(whole_number_in(1, 1000))
+      ->transform(whole_number_in(1, 1000))
       ->capture_default_str();
-  cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
+  cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->transform(thread_count_check())->capture_default_str();
   add_input_read_options(cmd, args->read);
   cmd->callback([args, &ctx] {
     const io::ReadOptions read = args->read.options();

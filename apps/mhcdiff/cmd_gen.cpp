@@ -27,7 +27,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
   cmd->add_option("--preset", args->preset, "seed-example | randn | realistic | cancellation")->capture_default_str();
   cmd->add_option("--shape", args->shape,
                   "S,H,D (tokens, streams 1..16, hidden size); default 16,4,64, for seed-example 16,2,64");
-  cmd->add_option("--seed", args->seed, "seed of the counter-based generator")->check(seed_check())->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the counter-based generator")->transform(seed_check())->capture_default_str();
   cmd->add_flag("--grad", args->grad, "also write /inputs/grad_out (needed by run --backward)");
   cmd->add_option("-o,--output", args->output, "output file (written atomically)")->required();
   // Each preset's own knobs; giving one to another preset is a usage error (it would be silently ignored).
@@ -37,6 +37,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
       {cmd->add_option("--rho", args->knobs.rho, "realistic: residual rms / rms(x) per token")->capture_default_str(),
        "realistic"},
       {cmd->add_option("--sinkhorn-iterations", args->knobs.sinkhorn_iterations, "realistic: Sinkhorn iterations")
+           ->transform(whole_number_in(1, gen::kMaxSinkhornIterations))
            ->capture_default_str(),
        "realistic"},
       {cmd->add_option("--sinkhorn-eps", args->knobs.sinkhorn_eps, "realistic: Sinkhorn eps")->capture_default_str(),
@@ -48,7 +49,7 @@ void add_gen_command(CLI::App& app, CommandContext&) {
            ->capture_default_str(),
        "cancellation"}};
   cmd->add_option("--compress", args->compress, "shuffle+deflate level 0..9 (0: none)")
-      ->check(whole_number_in(0, 9))
+      ->transform(whole_number_in(0, 9))
       ->capture_default_str();
   cmd->callback([args, knobs] {
     for (const auto& [option, preset] : knobs)

@@ -25,11 +25,11 @@ void add_golden_command(CLI::App& app, CommandContext& ctx) {
   r->add_option("-o,--output", regen->output, "golden file to write")->required();
   r->add_option("--policies", regen->policies, "accepted policies; the first is the reference")->capture_default_str();
   r->add_option("--repeat", regen->repeat, "runs per policy (run-to-run spread widens the tolerances)")
-      ->check(whole_number_in(1, 100))
+      ->transform(whole_number_in(1, 100))
       ->capture_default_str();
   r->add_flag("--force", regen->force, "overwrite an existing golden file");
   r->add_option("--device", regen->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  r->add_option("--threads", regen->threads, "CPU threads (0 = all)")->check(thread_count_check())->capture_default_str();
+  r->add_option("--threads", regen->threads, "CPU threads (0 = all)")->transform(thread_count_check())->capture_default_str();
   add_input_read_options(r, *regen_read);
   r->callback([regen, regen_read, &ctx] {
     regen->read = regen_read->options();

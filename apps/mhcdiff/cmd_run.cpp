@@ -58,14 +58,14 @@ void add_run_command(CLI::App& app, CommandContext&) {
   cmd->add_option("--policy-file", args->o.policy_files, "a user policy (docs/policy-file.md); repeatable");
   cmd->add_option("--device", args->o.device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_flag("--backward", args->o.backward, "also compute the gradients (needs /inputs/grad_out)");
-  cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->check(thread_count_check())->capture_default_str();
+  cmd->add_option("--threads", args->o.threads, "CPU threads (0: all)")->transform(thread_count_check())->capture_default_str();
   // Bounded like extract's --worst: CLI11 saturates int64 text beyond 2^63 instead of refusing it.
   cmd->add_option("--slab-tokens", args->o.slab_tokens, "tokens per slab (0: about 64 MiB of inputs)")
-      ->check(whole_number_in(0, int64_t{1} << 40))
+      ->transform(whole_number_in(0, int64_t{1} << 40))
       ->capture_default_str();
   add_input_read_options(cmd, args->read);
   cmd->add_option("--compress", args->o.deflate_level, "shuffle+deflate level 0..9 for the results (0: none)")
-      ->check(whole_number_in(0, 9))
+      ->transform(whole_number_in(0, 9))
       ->capture_default_str();
   cmd->callback([args] {
     run::RunOptions o = args->o;

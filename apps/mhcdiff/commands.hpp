@@ -52,8 +52,10 @@ inline Digits read_digits(const std::string& text) {
   return d;
 }
 
-// The check of an option that counts something, within lo..hi (lo >= 0). CLI::Range would call "abc" or "1.5"
-// out of range and take "0x10" as 16; a negative number is out of the range.
+// The check of an option that counts something, within lo..hi (lo >= 0); give it with ->transform, not ->check
+// (which hands a validator a copy): it rewrites the text as the number in decimal, since CLI11 reads a leading 0 as
+// octal ("010" was 8). CLI::Range would call "abc" or "1.5" out of range and take "0x10" as 16; a negative number
+// is out of the range.
 inline CLI::Validator whole_number_in(uint64_t lo, uint64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
@@ -62,6 +64,7 @@ inline CLI::Validator whole_number_in(uint64_t lo, uint64_t hi) {
         if (!d.digits && !negative) return "'" + text + "' is not a whole number";
         if (negative || d.too_large || d.value < lo || d.value > hi)
           return text + " is not in the range " + std::to_string(lo) + " to " + std::to_string(hi);
+        text = std::to_string(d.value);
         return "";
       },
       "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
@@ -72,12 +75,13 @@ inline CLI::Validator whole_number_in(uint64_t lo, uint64_t hi) {
 inline CLI::Validator thread_count_check() { return whole_number_in(0, run::kMaxThreads); }
 
 // The check of every --seed: 0..2^64 - 1 (read_digits), so that different seeds a user typed never give the same
-// data (SPEC §7).
+// data (SPEC §7); with ->transform, like whole_number_in (seed 010 was seed 8).
 inline CLI::Validator seed_check() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
         const Digits d = read_digits(text);
         if (!d.digits || d.too_large) return "a seed is an integer from 0 to 18446744073709551615, got '" + text + "'";
+        text = std::to_string(d.value);
         return "";
       },
       "0..2^64-1");

@@ -115,13 +115,13 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
   cmd->add_option("--report", o.report_path, "write the --format report to FILE; the text summary still goes to stdout")
       ->check(CLI::Validator(  // "" used to mean no report file, silently
           [](std::string& v) { return v.empty() ? std::string("an empty file name") : std::string(); }, "FILE"));
-  cmd->add_option("--top-k", o.top_k, "worst offenders listed per tensor")->check(whole_number_in(0, 10000))->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "worst offenders listed per tensor")->transform(whole_number_in(0, 10000))->capture_default_str();
   cmd->add_option("--policy-file", o.policy_files,
                   "a user policy (docs/policy-file.md) usable as policy:NAME and --relative-to NAME; repeatable");
   cmd->add_option("--device", o.device, "where policy: sides and the exact truth are computed")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->check(thread_count_check())->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->transform(thread_count_check())->capture_default_str();
   if (with_inputs) {
     add_input_read_options(cmd, o.read);
     // These act only on what --inputs reads: without it they were accepted and did nothing.

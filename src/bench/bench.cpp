@@ -179,7 +179,13 @@ Shape parse_shape(const std::string& text) {
 
 BenchReport run_bench(const BenchOptions& options) {
   BenchOptions opt = options;
-  if (opt.shapes.empty()) opt.shapes = default_shapes(opt.device);
+  if (opt.shapes.empty()) {
+    opt.shapes = default_shapes(opt.device);
+    // seed-example is defined for H = 2 only: its default shapes are the usual ones with two streams (as gen's
+    // default shape is), not a refusal of shapes the user never gave.
+    if (opt.preset == gen::Preset::seed_example)
+      for (Shape& sh : opt.shapes) sh.H = 2;
+  }
   if (opt.policies.empty()) opt.policies = builtin_policies();
   const int reps = opt.reps > 0 ? opt.reps : (opt.device == Device::cuda ? 40 : 3);
   BenchReport report;

@@ -132,12 +132,9 @@ bool group_is_exact(const io::TensorFile& f, const std::string& group) {
 // Built-ins (and their aliases) first, then the --policy-file policies.
 const Policy& lookup_policy(const std::string& name, const std::vector<Policy>& user, const std::string& context) {
   try {
-    return find_policy(name);
+    return find_policy_or_user(name, user);
   } catch (const std::invalid_argument& e) {
-    for (const auto& p : user)
-      if (p.name == name) return p;
-    throw InputError(fmt::format("{}: {}{}", context, e.what(),
-                                 user.empty() ? "" : " (nor is it defined by a --policy-file)"));
+    throw InputError(fmt::format("{}: {}", context, e.what()));
   }
 }
 

@@ -214,10 +214,11 @@ void validate(const GenOptions& o) {
     throw InputError(fmt::format("--shape {},{},{}: need S >= 1, 1 <= H <= {}, D >= 1", sh.S, sh.H, sh.D, kMaxStreams));
   if (o.preset == Preset::seed_example && sh.H != 2)
     throw InputError(fmt::format("--preset seed-example is defined for H=2 (got --shape {},{},{})", sh.S, sh.H, sh.D));
-  if (!(o.sigma > 0) || !(o.rho > 0) || o.sinkhorn_iterations < 1 || !(o.sinkhorn_eps >= 0) || !std::isfinite(o.sigma) ||
-      !std::isfinite(o.rho) || !std::isfinite(o.sinkhorn_eps))
-    throw InputError("realistic preset: need finite --sigma > 0, --rho > 0, --sinkhorn-eps >= 0 and "
-                     "--sinkhorn-iterations >= 1");
+  if (!(o.sigma > 0) || !(o.rho > 0) || o.sinkhorn_iterations < 1 || o.sinkhorn_iterations > kMaxSinkhornIterations ||
+      !(o.sinkhorn_eps >= 0) || !std::isfinite(o.sigma) || !std::isfinite(o.rho) || !std::isfinite(o.sinkhorn_eps))
+    throw InputError(fmt::format("realistic preset: need finite --sigma > 0, --rho > 0, --sinkhorn-eps >= 0 and "
+                                 "--sinkhorn-iterations from 1 to {}",
+                                 kMaxSinkhornIterations));
   if (!(o.kappa_min > 1) || !(o.kappa_max >= o.kappa_min) || !(o.kappa_max <= 1e12))
     throw InputError("cancellation preset: need 1 < --kappa-min <= --kappa-max <= 1e12");
 }

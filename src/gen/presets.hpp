@@ -20,6 +20,10 @@ const char* preset_name(Preset p);
 // gen's shape when --shape is not given: 16 tokens, H = 4, D = 64; H = 2 for seed-example (defined for H = 2 only).
 Shape default_shape(Preset p);
 
+// The most Sinkhorn iterations `realistic` takes: SPEC §7's 20 converge long before, and 10^8 ran for minutes on 16
+// tokens with no sign of progress.
+inline constexpr int kMaxSinkhornIterations = 100000;
+
 struct GenOptions {
   Preset preset = Preset::randn;
   Shape shape{16, 4, 64};

@@ -4,12 +4,14 @@
 #include <charconv>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "io/errors.hpp"
 #include "kernels/cpu/operator_cpu.hpp"
+#include "policy/policy_file.hpp"
 #include "run/thread_count.hpp"
 
 namespace mhc::investigate {
@@ -64,9 +66,8 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
   src.text = text;
   if (text.rfind("policy:", 0) == 0) {
     const std::string name = text.substr(7);
-    auto it = std::find_if(user_policies.begin(), user_policies.end(), [&](const Policy& p) { return p.name == name; });
     try {
-      src.policy = it != user_policies.end() ? *it : find_policy(name);
+      src.policy = find_policy_or_user(name, user_policies);
     } catch (const std::invalid_argument& e) {
       throw InputError(fmt::format("{}: {}", text, e.what()));
     }
@@ -80,6 +81,20 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
   if (colon != std::string::npos && colon > 0 && !std::filesystem::exists(text)) {
     path = text.substr(0, colon);
     suffix = text.substr(colon + 1);
+  }
+  // A policy's name where a file was expected: say how to write a computed side, as compare does.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    const bool user_policy = std::any_of(user_policies.begin(), user_policies.end(),
+                                         [&](const Policy& p) { return p.name == text; });
+    std::optional<std::string> policy_name = user_policy ? std::optional<std::string>(text) : std::nullopt;
+    try {
+      if (!policy_name) policy_name = find_policy(text).name;
+    } catch (const std::invalid_argument&) {
+    }
+    if (policy_name)
+      throw InputError(fmt::format("{}: no such file (to compute the {} policy from the inputs, write policy:{})", text,
+                                   *policy_name, text));
   }
   const io::TensorFile file(path);
   src.path = path;

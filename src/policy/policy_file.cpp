@@ -238,6 +238,21 @@ void write_policy_file(const Policy& policy, const std::string& path) {
   if (!out.flush()) throw InputError(fmt::format("cannot write policy file {}", path));
 }
 
+const Policy& find_policy_or_user(const std::string& name, const std::vector<Policy>& user) {
+  try {
+    return find_policy(name);
+  } catch (const std::invalid_argument& e) {
+    for (const Policy& p : user)
+      if (p.name == name) return p;
+    if (user.empty()) throw;
+    std::vector<std::string> names;
+    for (const Policy& p : user) names.push_back(p.name);
+    std::string what = e.what();  // "unknown policy 'x' (known: ...; aliases: ...)"
+    what.insert(what.size() - 1, fmt::format("; from --policy-file: {}", fmt::join(names, ", ")));
+    throw std::invalid_argument(what);
+  }
+}
+
 std::vector<Policy> resolve_policies(const std::string& list, const std::vector<std::string>& policy_files) {
   std::vector<Policy> from_files;
   for (size_t i = 0; i < policy_files.size(); ++i) {
@@ -274,13 +289,10 @@ std::vector<Policy> resolve_policies(const std::string& list, const std::vector<
       size_t comma = list.find(',', start);
       std::string item = trim(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       if (item.empty()) throw std::invalid_argument(fmt::format("empty policy name in '{}'", list));
-      auto it = std::find_if(from_files.begin(), from_files.end(), [&](const Policy& p) { return p.name == item; });
       if (item == "all") {  // every built-in, also within a list ("all,mine")
         for (const Policy& p : builtin_policies()) add(p);
-      } else if (it != from_files.end()) {
-        add(*it);
       } else {
-        add(find_policy(item));
+        add(find_policy_or_user(item, from_files));
       }
       if (comma == std::string::npos) break;
       start = comma + 1;

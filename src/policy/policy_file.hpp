@@ -29,4 +29,8 @@ void write_policy_file(const Policy& policy, const std::string& path);
 // alias, nor each other's names (InputError).
 std::vector<Policy> resolve_policies(const std::string& list, const std::vector<std::string>& policy_files);
 
+// A built-in policy (or alias) by name, else the --policy-file policy of that name; std::invalid_argument naming
+// both kinds of known names otherwise.
+const Policy& find_policy_or_user(const std::string& name, const std::vector<Policy>& user);
+
 }  // namespace mhc
