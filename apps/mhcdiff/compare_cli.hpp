@@ -80,14 +80,18 @@ inline void add_compare_options(CLI::App* cmd, CompareCliOptions& o, bool with_i
                               : "out: max|C-R|/max|R| at most this ('off' removes the stored limit)")
       ->type_name("X|off")
       ->group(g);
+  // golden check applies no default: the golden file stores a limit for every tensor it holds (docs/metrics.md).
   cmd->add_option("--grad-rel-l2", o.grad_rel_l2,
-                  fmt::format("grad_* tensors: ||C-R||/||R|| at most this (default {}; 'off' to disable)",
-                              compare::kDefaultGradRelL2))
+                  with_inputs ? fmt::format("grad_* tensors: ||C-R||/||R|| at most this (default {}; 'off' to disable)",
+                                            compare::kDefaultGradRelL2)
+                              : "grad_* tensors: ||C-R||/||R|| at most this ('off' removes the stored limit)")
       ->type_name("X|off")
       ->group(g);
   cmd->add_option("--grad-norm-max", o.grad_norm_max,
-                  fmt::format("grad_* tensors: max|C-R|/max|R| at most this (default {}; 'off' to disable)",
-                              compare::kDefaultGradNormMax))
+                  with_inputs ? fmt::format("grad_* tensors: max|C-R|/max|R| at most this (default {}; 'off' to "
+                                            "disable)",
+                                            compare::kDefaultGradNormMax)
+                              : "grad_* tensors: max|C-R|/max|R| at most this ('off' removes the stored limit)")
       ->type_name("X|off")
       ->group(g);
   cmd->add_option("--min-survivor-frac", o.min_survivor_frac,

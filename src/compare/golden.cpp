@@ -95,8 +95,9 @@ GoldenRegenSummary golden_regen(const GoldenRegenOptions& opt) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(opt.output, ec) && !opt.force)
-    throw InputError(fmt::format("{} already exists; regenerating it would replace the baseline CI checks against. "
-                                 "Pass --force to overwrite it", opt.output));
+    throw InputError(fmt::format("{} already exists; golden regen replaces a file only with --force (it may be the "
+                                 "baseline CI checks against)",
+                                 opt.output));
   if (opt.repeat < 1) throw InputError(fmt::format("--repeat must be at least 1 (got {})", opt.repeat));
   std::vector<Policy> policies;
   try {
