@@ -529,6 +529,35 @@ TEST_F(IoReview, InfoDescribesDeeplyNestedGroups) {
   EXPECT_NE(info.out.find("/results/hf-bf16"), std::string::npos);
 }
 
+// Groups first reached through soft links nested in each other: the walk names them /a/n/n/..., a path through one
+// soft link per level. HDF5 follows at most 16 soft links on one path, so opening each dataset by that full path made
+// the datasets below the 16th level "(unreadable)" (and described nowhere else); they are opened through their
+// group's handle.
+TEST_F(IoReview, InfoDescribesDatasetsReachedThroughManySoftLinks) {
+  constexpr int kLevels = 20;
+  {
+    RawFile f(dir.file("soft.h5"));
+    for (int i = 0; i < kLevels; ++i) f.f32("/g" + std::to_string(i) + "/x", {2}, {1.0f, float(i)});
+  }
+  {
+    const hid_t f = H5Fopen(dir.file("soft.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lcreate_soft("/g0", f, "/a", H5P_DEFAULT, H5P_DEFAULT), 0);
+    for (int i = 0; i + 1 < kLevels; ++i)
+      ASSERT_GE(H5Lcreate_soft(("/g" + std::to_string(i + 1)).c_str(), f, ("/g" + std::to_string(i) + "/n").c_str(),
+                               H5P_DEFAULT, H5P_DEFAULT),
+                0);
+    H5Fclose(f);
+  }
+  const CliResult info = run_bounded(dir, "info soft.h5");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_EQ(info.out.find("unreadable"), std::string::npos) << info.out;
+  std::string deepest = "/a";
+  for (int i = 0; i + 1 < kLevels; ++i) deepest += "/n";
+  EXPECT_NE(info.out.find("\n" + deepest + "\n  x                    float32                    [2]"), std::string::npos)
+      << info.out;
+}
+
 // Refusing external links is a property of mhcdiff's own lookups, not of the process: a program linking the library
 // still follows them with HDF5's defaults after mhcdiff has read a file.
 TEST_F(IoReview, ExternalLinksStayFollowedForTheProcesssOwnHdf5Use) {

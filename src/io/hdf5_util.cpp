@@ -168,9 +168,7 @@ std::optional<bool> virtual_mappings_cover(hid_t dataset, hid_t dcpl, size_t map
 class SameFileSources {
  public:
   explicit SameFileSources(hid_t dataset) : file_(H5Iget_file_id(dataset)) {
-    const ssize_t length = H5Iget_name(dataset, nullptr, 0);
-    std::vector<char> name(size_t(std::max<ssize_t>(length, 0)) + 1, '\0');
-    if (length > 0 && H5Iget_name(dataset, name.data(), name.size()) > 0) on_path_.insert(name.data());
+    if (std::string name = object_name(dataset); name != "?") on_path_.insert(std::move(name));
   }
 
   // What keeps `dataset` from being data stored in this file, if anything (stored_outside_file's answer).
@@ -734,10 +732,8 @@ double heap_read_limit_seconds() {
   return 30.0;
 }
 
-// "attribute @name of /path in file.h5", for the stall message. `object_path` names the attribute's object where the
-// caller knows it: HDF5 has no path for an object opened by address (info's walk), and finding one searches the
-// whole file, recursively (a stack overflow under 3 000 nested groups).
-std::string attribute_place(hid_t attr, const ObjectPath& object_path) {
+// "attribute @name of /path in file.h5", for the stall message.
+std::string attribute_place(hid_t attr) {
   auto name_of = [&](auto get) {
     const ssize_t size = get(nullptr, 0);
     if (size <= 0) return std::string("?");
@@ -748,12 +744,11 @@ std::string attribute_place(hid_t attr, const ObjectPath& object_path) {
   };
   return fmt::format("attribute @{} of {} in {}",
                      name_of([&](char* buf, size_t size) { return H5Aget_name(attr, size, buf); }),
-                     object_path ? object_path()
-                                 : name_of([&](char* buf, size_t size) { return H5Iget_name(attr, buf, size); }),
+                     object_name(attr),
                      name_of([&](char* buf, size_t size) { return H5Fget_name(attr, buf, size); }));
 }
 
-std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n, const ObjectPath& object_path = {}) {
+std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
   std::vector<std::string> out;
   if (H5Tis_variable_str(type) > 0) {
     Handle mem(H5Tcopy(H5T_C_S1));
@@ -767,7 +762,7 @@ std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n, const 
                                        "damaged files (a damaged global heap, where string attributes live); check the "
                                        "file with h5dump, and if it is intact, raise MHCDIFF_HEAP_READ_SECONDS. "
                                        "Nothing was written.",
-                                       attribute_place(attr, object_path), limit),
+                                       attribute_place(attr), limit),
                            limit);
     if (H5Aread(attr, mem.get(), buf.data()) < 0) return out;
     for (char* s : buf) out.emplace_back(s ? s : "");
@@ -786,14 +781,14 @@ std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n, const 
   return out;
 }
 
-std::string attribute_text(hid_t attr, const ObjectPath& object_path = {}) {
+std::string attribute_text(hid_t attr) {
   Handle type(H5Aget_type(attr));
   Handle space(H5Aget_space(attr));
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   const H5T_class_t cls = H5Tget_class(type.get());
   std::vector<std::string> items;
   if (cls == H5T_STRING) {
-    items = read_strings(attr, type.get(), n, object_path);
+    items = read_strings(attr, type.get(), n);
   } else if (cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE) {
     // Read as unsigned: as long long, HDF5 clips 2^63 .. 2^64 − 1 to 2^63 − 1 (a uint64 limit became another
     // number).
@@ -846,16 +841,48 @@ std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& pa
       fmt::format("{}: root attribute comb_layout is \"{}\"; expected \"src,dst\" or \"dst,src\"", path, *value));
 }
 
-std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object, const ObjectPath& object_path) {
+std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object) {
   std::vector<std::string> names;
   hsize_t idx = 0;
   H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attribute_name, &names);
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& name : names) {
     Handle attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
-    out.emplace_back(name, attr.valid() ? attribute_text(attr.get(), object_path) : "(unreadable)");
+    out.emplace_back(name, attr.valid() ? attribute_text(attr.get()) : "(unreadable)");
   }
   return out;
+}
+
+namespace {
+const ObjectNameHint* g_innermost_hint = nullptr;  // HDF5 (serial) is used from one thread at a time
+}  // namespace
+
+ObjectNameHint::ObjectNameHint(hid_t object, std::function<std::string()> path)
+    : path_(std::move(path)), outer_(g_innermost_hint) {
+  H5O_info_t info;
+  if (H5Oget_info2(object, &info, H5O_INFO_BASIC) >= 0) {
+    fileno_ = info.fileno;
+    address_ = info.addr;
+  }
+  g_innermost_hint = this;
+}
+
+ObjectNameHint::~ObjectNameHint() { g_innermost_hint = outer_; }
+
+std::string object_name(hid_t object_or_attribute) {
+  if (g_innermost_hint) {
+    // For an attribute, H5Oget_info describes the object it belongs to.
+    H5O_info_t info;
+    if (H5Oget_info2(object_or_attribute, &info, H5O_INFO_BASIC) >= 0)
+      for (const ObjectNameHint* h = g_innermost_hint; h; h = h->outer_)
+        if (h->address_ == info.addr && h->fileno_ == info.fileno) return h->path_();
+  }
+  const ssize_t size = H5Iget_name(object_or_attribute, nullptr, 0);
+  if (size <= 0) return "?";
+  std::string text(static_cast<size_t>(size) + 1, '\0');
+  H5Iget_name(object_or_attribute, text.data(), text.size());
+  text.resize(static_cast<size_t>(size));
+  return text;
 }
 
 std::string stored_type_name(hid_t dataset) {

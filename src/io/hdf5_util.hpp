@@ -153,10 +153,30 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
 // when it has none. InputError ("<path>: ...") when it is not one string naming src,dst or dst,src: ignoring it
 // would read comb-shaped tensors in the other orientation.
 std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path);
-// The path of an object, computed only when needed (a message naming it).
-using ObjectPath = std::function<std::string()>;
-// Every attribute of an object as text (strings as-is, numbers and small arrays printed). `object_path`, where given,
-// names the object in messages instead of HDF5's own name for it (pass it for objects opened by address).
-std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object, const ObjectPath& object_path = {});
+// Every attribute of an object as text (strings as-is, numbers and small arrays printed).
+std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object);
+
+// A name for one object that HDF5 knows none for: one opened by object address (info's walk), or through a group so
+// opened. Asked for such an object's name (H5Iget_name), HDF5 searches the whole file for it, recursively: time
+// growing with the file, and a stack overflow under 3 000 nested groups. While a hint is alive, what names that object
+// or one of its attributes in a message (object_name) calls `path` instead, only when it needs the name. Hints nest.
+class ObjectNameHint {
+ public:
+  ObjectNameHint(hid_t object, std::function<std::string()> path);
+  ~ObjectNameHint();
+  ObjectNameHint(const ObjectNameHint&) = delete;
+  ObjectNameHint& operator=(const ObjectNameHint&) = delete;
+
+ private:
+  friend std::string object_name(hid_t);
+  unsigned long fileno_ = 0;
+  haddr_t address_ = HADDR_UNDEF;
+  std::function<std::string()> path_;
+  const ObjectNameHint* outer_;
+};
+
+// The path of an object, or of the object an attribute belongs to: a live ObjectNameHint's for it, else HDF5's
+// (H5Iget_name); "?" when there is none.
+std::string object_name(hid_t object_or_attribute);
 
 }  // namespace mhc::io::detail

@@ -54,16 +54,16 @@ std::string human_bytes(double b) {
   return u == 0 ? fmt::format("{:.0f} {}", b, units[u]) : fmt::format("{:.1f} {}", b, units[u]);
 }
 
-// `name` in the group of node `node`. Opened by its full path, unlike the groups (describe_group): HDF5 knows the
-// name of a dataset opened so, which the checks below use (a dataset opened through a group opened by address has
-// none, and finding it searches the whole file, recursively).
-void describe_dataset(Walk& w, size_t node, const std::string& name) {
-  const std::string path = (node == 0 ? "" : w.path_of(node)) + "/" + name;
-  Handle ds(H5Dopen2(w.file, path.c_str(), detail::local_dataset_access()));
+// `name` in the open group `group`, node `node` of the walk. Opened through the group (by its full path, HDF5 walks
+// down from the root for each dataset, and a path counts its soft links against a limit of 16); HDF5 then knows no
+// name for it, so the checks below that name it in a message get the walk's (ObjectNameHint).
+void describe_dataset(Walk& w, hid_t group, size_t node, const std::string& name) {
+  Handle ds(H5Dopen2(group, name.c_str(), detail::local_dataset_access()));
   if (!ds.valid()) {
     w.text += fmt::format("  {:<20} (unreadable)\n", name);
     return;
   }
+  const detail::ObjectNameHint named(ds.get(), [&] { return (node == 0 ? "" : w.path_of(node)) + "/" + name; });
   const auto dims = detail::dataset_dims(ds.get());
   uint64_t elements = 1;
   for (hsize_t d : dims) elements *= d;
@@ -123,32 +123,32 @@ herr_t sort_child(hid_t group, const char* name, const H5L_info_t* link, void* d
   return 0;
 }
 
-// A group being described: its handle (its datasets are opened through it) and the subgroups still to visit.
+// A group described, with its subgroups still to visit.
 struct OpenGroup {
-  Handle group;
   size_t node;  // in Walk::nodes
   std::vector<std::pair<std::string, haddr_t>> subgroups;  // name, object address; in listing order
   size_t next = 0;
 };
 
 // Describes the group at object address `address`, node `node` of the walk: its attributes, datasets and unfollowed
-// links. Returns it with its subgroups for the walk, or nothing when it cannot be opened. Opened by its address, not
-// by its link in the parent: HDF5 gives an object opened by name its full path, built anew for each nested group, so
-// a walk down 30 000 nested groups took 44 s; by address it takes well under a second (it prints its own paths).
+// links. Returns its subgroups for the walk, or nothing when it cannot be opened. Opened by its address, not by its
+// link in the parent: HDF5 gives an object opened by name its full path, built anew for each nested group, so a walk
+// down 30 000 nested groups took 44 s; by address, about 1 s (the walk prints its own paths).
 std::optional<OpenGroup> describe_group(Walk& w, size_t node, haddr_t address) {
   Handle g(H5Oopen_by_addr(w.file, address));
   if (!g.valid()) return std::nullopt;
+  const detail::ObjectNameHint named(g.get(), [&] { return w.path_of(node); });
   w.groups_seen.emplace(address, node);
   Children c;
   hsize_t idx = 0;
   H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, sort_child, &c);
   const auto attributes = node == 0 ? std::vector<std::pair<std::string, std::string>>{}  // printed by describe_file
-                                     : detail::attributes_as_text(g.get(), [&] { return w.path_of(node); });
+                                     : detail::attributes_as_text(g.get());
   if (node != 0 && (!attributes.empty() || !c.datasets.empty() || !c.unfollowed.empty())) {
     w.text += fmt::format("\n{}\n", report::one_line(w.path_of(node)));
     describe_attributes(w, attributes, "  ");
   }
-  for (const std::string& d : c.datasets) describe_dataset(w, node, d);
+  for (const std::string& d : c.datasets) describe_dataset(w, g.get(), node, d);
   for (const auto& [name, what] : c.unfollowed)
     w.text += fmt::format("  {:<20} {}\n", report::one_line(name), report::one_line(what));
   // /inputs first, then /results and its policies, then anything else (name order).
@@ -156,7 +156,7 @@ std::optional<OpenGroup> describe_group(Walk& w, size_t node, haddr_t address) {
     auto rank = [](const std::string& n) { return n == "inputs" ? 0 : n == "results" ? 1 : 2; };
     return rank(a.first) < rank(b.first);
   });
-  return OpenGroup{std::move(g), node, std::move(c.groups)};
+  return OpenGroup{node, std::move(c.groups)};
 }
 
 // Every group under the root, depth first, each before its subgroups. A stack of open groups rather than recursion:

@@ -476,9 +476,11 @@ void require_computed_from(const std::string& side, const std::string& computed_
     hint = fmt::format("; they are these inputs with comb read as {} (comb was read as {} here)",
                        comb_layout_name(other), inputs.comb_layout_text());
     hint += comb_layout_option ? fmt::format(": pass --comb-layout {}", comb_layout_name(other))
-                               : fmt::format(": {} was computed with comb read the other way round from how {} "
-                                             "declares it",
-                                             side, inputs.path());
+                               : fmt::format(": {} was computed with comb read the other way round from how {} {}",
+                                             side, inputs.path(),
+                                             inputs.comb_layout_origin() == CombLayoutOrigin::file_attribute
+                                                 ? "declares it"
+                                                 : "is read (it declares no comb_layout)");
   }
   throw InputError(fmt::format("{} was computed from other inputs than {} (input_checksum {}, the inputs' {}){}", side,
                                inputs.path(), computed_from, inputs_checksum, hint));
@@ -501,12 +503,14 @@ std::string results_inputs_checksum(const std::string& path, const std::string& 
 namespace {
 
 // The stored /inputs of `path` with comb transposed have checksum `checksum`; false when they do not or there are no
-// readable /inputs.
-bool stored_inputs_transposed_match(const std::string& path, const std::string& checksum) {
+// readable /inputs. `other`'s inputs must have the same shape, or the whole file is not read.
+bool stored_inputs_transposed_match(const std::string& path, const std::string& checksum, const std::string& other) {
   try {
     ReadOptions stored;  // as results_inputs_checksum reads them
     stored.allow_nonfinite = true;
-    return InputReader(path, stored).checksum(true) == checksum;
+    InputReader reader(path, stored);
+    if (!(reader.shape() == InputReader(other, stored).shape())) return false;
+    return reader.checksum(true) == checksum;
   } catch (const InputError&) {
     return false;
   }
@@ -533,7 +537,8 @@ std::string source_comb_reading(const std::string& path) {
 
 std::string transposed_comb_hint(const std::string& path_a, const std::string& label_a, const std::string& checksum_a,
                                  const std::string& path_b, const std::string& label_b, const std::string& checksum_b) {
-  if (!stored_inputs_transposed_match(path_a, checksum_b) && !stored_inputs_transposed_match(path_b, checksum_a))
+  if (!stored_inputs_transposed_match(path_a, checksum_b, path_b) &&
+      !stored_inputs_transposed_match(path_b, checksum_a, path_a))
     return "";
   std::string hint = "; they are the same inputs with comb read the other way round";
   const std::string read_a = source_comb_reading(path_a), read_b = source_comb_reading(path_b);
