@@ -118,6 +118,20 @@ TEST(PolicyFile, RejectsBadFilesWithLineNumbers) {
   expect_error(std::string("name = \"a\"\0\n", 12), "line 1: byte 0x00 is not text");
 }
 
+// Strings are TOML's one-line basic strings with the escapes \" and \\ only: '"""multi"""' became '""multi""' and
+// "\n" became 'n' (TOML reads a newline). The optional [policy] header opens the file once; a second one, or one
+// after the keys (a second table, in TOML), was skipped.
+TEST(PolicyFile, RefusesWhatTomlReadsOtherwise) {
+  expect_error("name = \"a\"\nmodels = \"\"\"multi\"\"\"\n", "line 2: a '\"' inside the string of 'models'");
+  expect_error("name = \"a\"\nmodels = \"one\\ntwo\"\n", "line 2: the string of 'models' has an escape other than");
+  const Policy quoted = parse_policy_text("name = \"a\"\nmodels = \"say \\\"hi\\\" \\\\ 1\"\n", "my.policy");
+  EXPECT_EQ(quoted.models, "say \"hi\" \\ 1");
+  EXPECT_EQ(parse_policy_text(format_policy_text(quoted), "my.policy").models, quoted.models);
+  expect_error("[policy]\nname = \"a\"\n[policy]\n", "line 3: '[policy]' may only open the file");
+  expect_error("name = \"a\"\n[policy]\n", "line 2: '[policy]' may only open the file");
+  EXPECT_EQ(parse_policy_text("# header\n[policy]\nname = \"a\"\n", "my.policy").name, "a");
+}
+
 // Windows editors start UTF-8 files with a byte-order mark; it is not part of the first key. CRLF lines read too.
 TEST(PolicyFile, AcceptsAByteOrderMarkAndCrlfLines) {
   const Policy p = parse_policy_text("\xEF\xBB\xBFname = \"bom\"\r\ncoef = bf16\r\n", "my.policy");

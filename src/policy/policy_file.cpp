@@ -132,6 +132,7 @@ std::string quote(const std::string& s) {
 Policy parse_policy_text(std::string_view text, const std::string& source) {
   Policy policy;
   std::set<std::string> seen;
+  std::string seen_header;  // "[policy]" once it was read
   // The byte-order mark Windows editors write first: not part of the first key (it made "unknown key 'name'"
   // with an invisible character in it).
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
@@ -152,7 +153,11 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
                          static_cast<unsigned>(static_cast<unsigned char>(c))));
     std::string line = trim(strip_comment(raw));
     if (line.empty()) continue;
-    if (line == "[policy]") continue;  // optional TOML table header, for readers who expect one
+    if (line == "[policy]") {  // optional TOML table header, for readers who expect one: first, once
+      if (!seen.empty() || !seen_header.empty()) fail("'[policy]' may only open the file (once, before every key)");
+      seen_header = line;
+      continue;
+    }
     size_t eq = line.find('=');
     if (eq == std::string::npos) fail(fmt::format("expected 'key = value', found '{}'", line));
     std::string key = trim(std::string_view(line).substr(0, eq));
@@ -164,9 +169,17 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
         fail(value.find('"', 1) != std::string::npos
                  ? fmt::format("text after the closing quote of '{}' (found '{}')", key, value)
                  : fmt::format("unterminated string for '{}'", key));
+      // TOML's basic string, with the two escapes a name or a description needs; anything else would be read as
+      // something TOML reads otherwise ("\n" a newline there, 'n' here) or not at all ("""multi-line""").
       std::string unq;
       for (size_t i = 1; i + 1 < value.size(); ++i) {
-        if (value[i] == '\\' && i + 2 < value.size()) ++i;
+        if (value[i] == '"')
+          fail(fmt::format("a '\"' inside the string of '{}' (write \\\" for a quote; strings are one line)", key));
+        if (value[i] == '\\') {
+          if (i + 2 >= value.size() || (value[i + 1] != '"' && value[i + 1] != '\\'))
+            fail(fmt::format("the string of '{}' has an escape other than \\\" and \\\\", key));
+          ++i;
+        }
         unq += value[i];
       }
       value = unq;
