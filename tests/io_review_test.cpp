@@ -791,6 +791,105 @@ TEST_F(IoReview, CombLayoutOffTheRootIsRefused) {
   }
 }
 
+// A string attribute `name` = `value` on `object` of `path`, written as HDF5 fixed-length text padded with `pad`.
+void fixed_string_attribute(const std::string& path, const char* object, const char* name, const std::string& value,
+                            H5T_str_t pad, size_t size) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  const hid_t target = H5Oopen(file, object, H5P_DEFAULT);
+  if (H5Aexists(target, name) > 0) H5Adelete(target, name);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, size);
+  H5Tset_strpad(type, pad);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(target, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  std::string padded = value;
+  padded.resize(size, pad == H5T_STR_SPACEPAD ? ' ' : '\0');
+  H5Awrite(attr, type, padded.data());
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Oclose(target);
+  H5Fclose(file);
+}
+
+// An attribute meant to declare comb's orientation under another name was ignored, and comb read as src,dst with
+// exit 0: a near miss of comb_layout on the root ("comb-layout", the spelling of the option), or an attribute whose
+// value is an orientation on /inputs/comb. So was comb_layout on a results group or its grad_comb, which compare read
+// src,dst. Each is refused, naming the attribute and where mhcdiff reads it from. Fortran-style blank-padded text is
+// read without its padding (HDF5's meaning of H5T_STR_SPACEPAD); it was refused as "dst,src     ".
+TEST_F(IoReview, CombOrientationAttributesMhcdiffWouldNotReadAreRefused) {
+  for (const char* name : {"comb-layout", "COMB_LAYOUT", "combLayout", "comb_order"}) {
+    write_inputs(dir.file("near.h5"), inputs);
+    set_root_string_attribute(dir.file("near.h5"), name, "dst,src");
+    expect_refused("run near.h5 -o out.h5 --policies hf",
+                   {"root attribute '", name, "' is not comb_layout", "name it comb_layout"});
+  }
+  write_inputs(dir.file("value.h5"), inputs);
+  replace_link(dir.file("value.h5"), "/none", [](hid_t f) {
+    const hid_t comb = H5Oopen(f, "/inputs/comb", H5P_DEFAULT);
+    raw_string_attribute(comb, "layout", "DST, SRC");
+    H5Oclose(comb);
+  });
+  expect_refused("run value.h5 -o out.h5 --policies hf",
+                 {"the dataset /inputs/comb has an attribute 'layout'", "move it there as comb_layout"});
+
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf --backward").exit_code, 0);
+  for (const char* object : {"/results/hf-bf16", "/results/hf-bf16/grad_comb", "/results"}) {
+    std::filesystem::copy_file(dir.file("res.h5"), dir.file("marked.h5"),
+                               std::filesystem::copy_options::overwrite_existing);
+    replace_link(dir.file("marked.h5"), "/none", [&](hid_t f) {
+      const hid_t target = H5Oopen(f, object, H5P_DEFAULT);
+      raw_string_attribute(target, "comb_layout", "dst,src");
+      H5Oclose(target);
+    });
+    expect_refused("compare marked.h5:hf res.h5:hf", {object, "has an attribute 'comb_layout'", "file root"});
+  }
+  std::filesystem::remove(dir.file("marked.h5"));
+
+  write_inputs(dir.file("padded.h5"), inputs);
+  fixed_string_attribute(dir.file("padded.h5"), "/", "comb_layout", "dst,src", H5T_STR_SPACEPAD, 12);
+  ASSERT_EQ(run_bounded(dir, "run padded.h5 -o padded_res.h5 --policies hf").exit_code, 0);
+  EXPECT_NE(run_bounded(dir, "info padded_res.h5").out.find("@source_comb_layout = dst,src (the file's comb_layout"),
+            std::string::npos);
+  // Padded with NULs, trailing blanks are part of the text, and refused as before.
+  fixed_string_attribute(dir.file("padded.h5"), "/", "comb_layout", "dst,src  ", H5T_STR_NULLPAD, 12);
+  expect_refused("run padded.h5 -o out.h5 --policies hf", {"root attribute comb_layout is \"dst,src  \""});
+}
+
+// A results tensor of float32 (grad_post, grad_comb) stored as float64 holding float32 values was refused ("is
+// float64; expected float32") although a bf16 one stored as float32/float64 holding bf16 values is read; it is read
+// exactly now, and a value that is not a float32 one is refused, naming it.
+TEST_F(IoReview, Float32ResultsStoredAsFloat64AreReadExactly) {
+  ASSERT_EQ(run_bounded(dir, "run good.h5 -o res.h5 --policies hf --backward").exit_code, 0);
+  std::vector<float> grad_post(size_t(inputs.S * inputs.H));
+  {
+    io::TensorFile f(dir.file("res.h5"));
+    f.read_f32("/results/hf-bf16/grad_post", 0, int64_t(grad_post.size()), grad_post.data());
+  }
+  std::vector<double> wide(grad_post.begin(), grad_post.end());
+  auto write_wide = [&](const std::string& name) {
+    std::filesystem::copy_file(dir.file("res.h5"), dir.file(name), std::filesystem::copy_options::overwrite_existing);
+    replace_link(dir.file(name), "/results/hf-bf16/grad_post", [&](hid_t f) {
+      const hsize_t dims[2] = {hsize_t(inputs.S), hsize_t(inputs.H)};
+      const hid_t space = H5Screate_simple(2, dims, nullptr);
+      const hid_t ds = H5Dcreate2(f, "/results/hf-bf16/grad_post", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                  H5P_DEFAULT);
+      H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide.data());
+      H5Dclose(ds);
+      H5Sclose(space);
+    });
+  };
+  write_wide("wide.h5");
+  const CliResult same = run_bounded(dir, "compare wide.h5:hf res.h5:hf --tensors grad_post --max-mismatch 0");
+  EXPECT_EQ(same.exit_code, 0) << same.err << same.out;
+  EXPECT_NE(same.out.find("Bitwise identical: 0 / 8 elements differ"), std::string::npos) << same.out;
+  wide[3] += 0x1p-40;  // between two float32 values
+  write_wide("inexact.h5");
+  expect_refused("compare inexact.h5:hf res.h5:hf --tensors grad_post",
+                 {"dataset /results/hf-bf16/grad_post is float64 and element [1,1]", "is not a float32 value"});
+}
+
 // A pass-through HDF5 filter registered in this process only: files written with it need a filter the CLI's
 // HDF5 library does not have (like an h5py file compressed with lzf or a blosc plugin).
 constexpr H5Z_filter_t kTestFilter = 65000;

@@ -19,6 +19,7 @@
 #include "kernels/dispatch.hpp"
 #include "policy/policy.hpp"
 #include "policy/policy_file.hpp"
+#include "report/text_safety.hpp"
 #include "run/thread_count.hpp"
 
 namespace mhc::compare {
@@ -159,6 +160,15 @@ Side open_side(const std::string& text, const io::InputReader* inputs, const std
   side.group = resolve_group(*side.file, side.spec);
   side.exact = group_is_exact(*side.file, side.group);
   side.grad_comb_dst_src = side.file->declared_comb_layout() == io::CombLayout::dst_src;
+  // The root's comb_layout decides how grad_comb is read; one on the results (or their grad_comb) would be ignored.
+  if (side.group != "/")
+    for (const std::string& object : {std::string("/results"), side.group, side.dataset("grad_comb"),
+                                      side.dataset("grad_comb_f64")})
+      if (const auto name = side.file->comb_orientation_lookalike(object))
+        throw InputError(fmt::format("{}: {} has an attribute '{}', but mhcdiff reads the orientation of comb and "
+                                     "grad_comb only from the file root's attribute comb_layout; move it there{}",
+                                     side.spec.path, object, report::one_line(*name),
+                                     *name == "comb_layout" ? "" : " as comb_layout"));
   for (const auto& name : side.file->datasets(side.group))
     if (is_known_tensor(name)) side.tensors.push_back(name);
   return side;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 
 #include "io/files.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::io::detail {
 
@@ -774,9 +776,13 @@ std::vector<std::string> read_strings(hid_t attr, hid_t type, hssize_t n) {
   Handle mem(H5Tcopy(type));
   std::vector<char> buf(size * static_cast<size_t>(n) + 1, '\0');
   if (H5Aread(attr, mem.get(), buf.data()) < 0) return out;
+  // A fixed-length string padded with blanks (H5T_STR_SPACEPAD, Fortran's way) holds its text without them.
+  const bool space_padded = H5Tget_strpad(type) == H5T_STR_SPACEPAD;
   for (hssize_t i = 0; i < n; ++i) {
     const char* s = buf.data() + static_cast<size_t>(i) * size;
-    out.emplace_back(s, strnlen(s, size));
+    std::string text(s, strnlen(s, size));
+    if (space_padded) text.erase(text.find_last_not_of(' ') + 1);
+    out.push_back(std::move(text));
   }
   return out;
 }
@@ -829,7 +835,34 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
   return v[0];
 }
 
+std::optional<std::string> comb_orientation_lookalike(hid_t object, bool exact) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attribute_name, &names);
+  auto squeezed = [](const std::string& text, bool keep_comma) {  // lower case, letters and digits (and commas)
+    std::string key;
+    for (char c : text)
+      if (std::isalnum(static_cast<unsigned char>(c)) || (keep_comma && c == ','))
+        key += char(std::tolower(static_cast<unsigned char>(c)));
+    return key;
+  };
+  for (const std::string& name : names) {
+    if (name == "comb_layout" && !exact) continue;
+    const std::string key = squeezed(name, false);
+    if (key == "comblayout" || key == "comborder" || key == "comborientation") return name;
+    if (const auto value = read_string_attribute(object, name)) {
+      const std::string v = squeezed(*value, true);
+      if (v == "src,dst" || v == "dst,src") return name;
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path) {
+  if (const auto lookalike = comb_orientation_lookalike(file, /*exact=*/false))
+    throw InputError(fmt::format("{}: root attribute '{}' is not comb_layout, the one attribute mhcdiff reads comb's "
+                                 "orientation from; name it comb_layout",
+                                 path, report::one_line(*lookalike)));
   const auto value = read_string_attribute(file, "comb_layout");
   if (!value && attribute_exists(file, "comb_layout"))
     throw InputError(fmt::format("{}: root attribute comb_layout is not a string; expected \"src,dst\" or \"dst,src\"",

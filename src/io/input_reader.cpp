@@ -13,6 +13,7 @@
 #include "io/files.hpp"
 #include "io/hdf5_util.hpp"
 #include "io/store.hpp"
+#include "report/text_safety.hpp"
 
 namespace mhc::io {
 
@@ -241,10 +242,10 @@ struct InputReader::Impl {
       const Handle inputs(H5Gopen2(file.get(), "/inputs", detail::local_group_access()));
       for (const auto& [object, where] : {std::pair{inputs.get(), "the group /inputs"},
                                           std::pair{comb.dataset.get(), "the dataset /inputs/comb"}})
-        if (object >= 0 && detail::attribute_exists(object, "comb_layout"))
-          fail(fmt::format("{} has a comb_layout attribute, which mhcdiff reads from the file root only; move it to "
-                           "the root",
-                           where));
+        if (const auto name = object >= 0 ? detail::comb_orientation_lookalike(object, /*exact=*/true) : std::nullopt)
+          fail(fmt::format("{} has an attribute '{}', but mhcdiff reads comb's orientation only from the file root's "
+                           "attribute comb_layout; move it there{}",
+                           where, report::one_line(*name), *name == "comb_layout" ? "" : " as comb_layout"));
     }
     // The attribute is validated even when the option overrides it: a malformed file is refused either way.
     const std::optional<CombLayout> declared = detail::declared_comb_layout(file.get(), path);

@@ -234,11 +234,14 @@ class TensorFile {
   // has none; InputError when it is malformed (as InputReader refuses it). compare reads a results group's grad_comb
   // in it (docs/format.md, "comb orientation").
   std::optional<CombLayout> declared_comb_layout() const;
+  // An attribute of `object` (a group or dataset of this file) that looks meant to declare comb's orientation, which
+  // mhcdiff reads from the root only (detail::comb_orientation_lookalike, comb_layout itself included).
+  std::optional<std::string> comb_orientation_lookalike(const std::string& object) const;
 
   // Elements [first, first + count) of the dataset in row-major order, converted to the requested
   // representation; bf16 reads return raw bits, f32/f64 reads require the stored dtype to match.
-  // Exact widenings are accepted too (bf16 → f32/f64, f32 → f64, and f32/f64 data whose values are all
-  // exactly bf16 → bf16); anything that would round is an InputError.
+  // Exact conversions are accepted too (bf16 → f32/f64, f32 → f64, f32/f64 data whose values are all exactly bf16 →
+  // bf16, and f64 data whose values are all exactly f32 → f32); anything that would round is an InputError.
   void read_bf16(const std::string& dataset, int64_t first, int64_t count, bf16_bits* dst) const;
   void read_f32(const std::string& dataset, int64_t first, int64_t count, float* dst) const;
   void read_f64(const std::string& dataset, int64_t first, int64_t count, double* dst) const;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "io/files.hpp"
@@ -210,6 +211,13 @@ std::vector<std::pair<std::string, std::string>> TensorFile::attributes(const st
   return detail::attributes_as_text(o.get());
 }
 
+std::optional<std::string> TensorFile::comb_orientation_lookalike(const std::string& object) const {
+  if (object != "/" && !detail::link_exists(impl_->file.get(), object)) return std::nullopt;
+  Handle o(H5Oopen(impl_->file.get(), object.c_str(), detail::local_links()));
+  if (!o.valid()) return std::nullopt;
+  return detail::comb_orientation_lookalike(o.get(), /*exact=*/true);
+}
+
 std::optional<CombLayout> TensorFile::declared_comb_layout() const {
   return detail::declared_comb_layout(impl_->file.get(), impl_->path);
 }
@@ -252,6 +260,22 @@ void TensorFile::read_f32(const std::string& dataset, int64_t first, int64_t cou
     std::vector<bf16_bits> bits(static_cast<size_t>(count));
     read_bf16(dataset, first, count, bits.data());
     for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_float(bits[size_t(i)]);
+    return;
+  }
+  if (kind == StoredKind::f64) {
+    // float64 whose values are all float32 values, as read_bf16 takes float32/float64 holding bf16 values (a dump of
+    // a float32 gradient through a float64 array); any that would round is refused.
+    std::vector<double> wide(static_cast<size_t>(count));
+    impl_->read(dataset, ds.get(), H5T_NATIVE_DOUBLE, first, count, wide.data());
+    for (int64_t i = 0; i < count; ++i) {
+      const double w = wide[size_t(i)];
+      // Past float32's range the conversion is undefined behaviour, not an infinity: refused before it.
+      const bool in_range = !std::isfinite(w) || std::fabs(w) <= double(std::numeric_limits<float>::max());
+      dst[i] = in_range ? static_cast<float>(w) : 0.0f;
+      if (!in_range || (!std::isnan(w) && double(dst[i]) != w))
+        impl_->fail(fmt::format("dataset {} is float64 and element {} ({}) is not a float32 value", dataset,
+                                detail::index_text(first + i, detail::dataset_dims(ds.get())), wide[size_t(i)]));
+    }
     return;
   }
   impl_->fail(fmt::format("dataset {} is {}; expected float32", dataset, detail::stored_type_name(ds.get())));
