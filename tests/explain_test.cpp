@@ -2,7 +2,9 @@
 // equals what the CPU kernels store for that element, and the exact value / κ / ULP error are right.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "investigate/explain.hpp"
@@ -136,6 +138,43 @@ TEST(Explain, AnOverflowingStepLosesMinusInfinity) {
       EXPECT_GE(infinite, 1) << policy;
     }
   }
+}
+
+// Operands are named by value, so the +0 that HF's mix sum starts from was shown as an input that happens to be +0:
+// "t2 = RN32(r0 + t1)" where the sum is 0 + t1. The accumulator's zero is a constant, shown as 0.
+TEST(Explain, TheZeroASumStartsFromIsNotNamedAsAnInput) {
+  ElementInputs e;
+  e.H = 2;
+  e.p = 1.5f;
+  e.x = 2.0f;
+  e.c[0] = 0.25f;
+  e.c[1] = 0.5f;
+  e.r[0] = 0.0f;
+  e.r[1] = 1.0f;
+  const Explanation ex = explain_element(e, {0, 0, 0}, {find_policy("hf-bf16")});
+  const PolicyTrace& hf = ex.policies[0];
+  std::vector<std::string> exprs;
+  for (const TraceStep& s : hf.steps) exprs.push_back(s.expr);
+  EXPECT_NE(std::find(exprs.begin(), exprs.end(), "RN32(c0·r0)"), exprs.end());  // a real input is still named
+  EXPECT_NE(std::find(exprs.begin(), exprs.end(), "RN32(0 + t1)"), exprs.end()) << ::testing::PrintToString(exprs);
+  EXPECT_EQ(std::find(exprs.begin(), exprs.end(), "RN32(r0 + t1)"), exprs.end());
+}
+
+// Rounding an infinite or NaN coefficient to bf16 loses nothing, like every step on a non-finite operand; the
+// coefficient steps computed inf − inf and printed "lost nan".
+TEST(Explain, RoundingANonFiniteCoefficientLosesNothing) {
+  ElementInputs e = seed_example_ho0();
+  e.p = std::numeric_limits<float>::quiet_NaN();
+  e.c[1] = std::numeric_limits<float>::infinity();
+  const Explanation ex = explain_element(e, {0, 0, 0}, {find_policy("hf-bf16")});
+  const PolicyTrace& hf = ex.policies[0];
+  int coefficient_steps = 0;
+  for (const TraceStep& s : hf.steps) {
+    if (s.result != "pb" && s.result != "cb1") continue;
+    ++coefficient_steps;
+    EXPECT_EQ(s.lost, 0.0) << s.result << " = " << s.expr;
+  }
+  EXPECT_EQ(coefficient_steps, 2);
 }
 
 // κ is infinite for an exact zero, but the census counts a case only where t ≠ 0 (docs/metrics.md): explain used to

@@ -80,7 +80,8 @@ void name_inputs(TraceContext& ctx, const ElementInputs& in, bool coef_bf16) {
 void coefficient_steps(std::vector<TraceStep>& steps, const ElementInputs& in) {
   auto step = [&](const std::string& name, const std::string& of, float v) {
     const float r = rnb(v);
-    steps.push_back({name, "RNb(" + of + ")", "bf16", r, double(v) - double(r)});
+    // Rounding an infinity or a NaN loses nothing (inf − inf would say NaN), as in detail::all_finite.
+    steps.push_back({name, "RNb(" + of + ")", "bf16", r, std::isfinite(v) ? double(v) - double(r) : 0.0});
   };
   step("pb", "p", in.p);
   for (int k = 0; k < in.H; ++k) step(fmt::format("cb{}", k), fmt::format("c{}", k), in.c[k]);

@@ -40,6 +40,9 @@ template <class F>
 struct Traced {
   F v{};
   int id = 0;  // 0: an input value, named by TraceContext::names; else the step "t<id>" that produced it
+  // A value the arithmetic made up (the zero a sum starts from), shown as a number: named by its value, the +0 of an
+  // accumulator read as an input that happens to be +0 ("RN32(r0 + t1)").
+  bool constant = false;
 
   Traced() = default;
   explicit Traced(float f) : v(static_cast<F>(f)) {}
@@ -47,6 +50,8 @@ struct Traced {
 
   std::string label() const {
     if (id > 0) return fmt::format("t{}", id);
+    if (constant) return std::signbit(static_cast<double>(v)) ? fmt::format("({})", static_cast<double>(v))
+                                                              : fmt::format("{}", static_cast<double>(v));
     TraceContext* ctx = TraceContext::current();
     return ctx ? ctx->name_of(static_cast<double>(v)) : std::to_string(v);
   }
@@ -140,3 +145,21 @@ Traced<F> op_round_bf16(Traced<F> a) {
 }
 
 }  // namespace mhc::investigate
+
+namespace mhc {
+
+// The zero a traced sum starts from is a constant of the arithmetic, not an input.
+template <>
+inline investigate::Traced<float> zero_accumulator<investigate::Traced<float>>() {
+  investigate::Traced<float> zero(0.0f);
+  zero.constant = true;
+  return zero;
+}
+template <>
+inline investigate::Traced<double> zero_accumulator<investigate::Traced<double>>() {
+  investigate::Traced<double> zero(0.0);
+  zero.constant = true;
+  return zero;
+}
+
+}  // namespace mhc
