@@ -846,6 +846,21 @@ TEST_F(IoReview, CombOrientationAttributesMhcdiffWouldNotReadAreRefused) {
     expect_refused("compare marked.h5:hf res.h5:hf", {object, "has an attribute 'comb_layout'", "file root"});
   }
   std::filesystem::remove(dir.file("marked.h5"));
+  // A bare dump (tensors at the root, docs/ci.md) has no results group, but its grad_comb is checked too.
+  {
+    RawFile dump(dir.file("dump.h5"));
+    const hid_t src = H5Fopen(dir.file("res.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    for (const char* name : {"out", "grad_comb"})
+      ASSERT_GE(H5Ocopy(src, (std::string("/results/hf-bf16/") + name).c_str(), dump.id(), name, H5P_DEFAULT,
+                        H5P_DEFAULT),
+                0);
+    H5Fclose(src);
+    const hid_t grad_comb = H5Oopen(dump.id(), "/grad_comb", H5P_DEFAULT);
+    raw_string_attribute(grad_comb, "layout", "dst,src");
+    H5Oclose(grad_comb);
+  }
+  expect_refused("compare dump.h5 res.h5:hf --tensors grad_comb", {"/grad_comb has an attribute 'layout'"});
+  std::filesystem::remove(dir.file("dump.h5"));
 
   write_inputs(dir.file("padded.h5"), inputs);
   fixed_string_attribute(dir.file("padded.h5"), "/", "comb_layout", "dst,src", H5T_STR_SPACEPAD, 12);

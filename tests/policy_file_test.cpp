@@ -132,6 +132,19 @@ TEST(PolicyFile, RefusesWhatTomlReadsOtherwise) {
   EXPECT_EQ(parse_policy_text("# header\n[policy]\nname = \"a\"\n", "my.policy").name, "a");
 }
 
+// TOML strings as TOML reads them: a '#' after an escaped quote is inside the string (it was taken for a comment,
+// so format_policy_text's output of such a description did not read back), a literal '...' string is its text
+// (the quotes were kept), and the header may have blanks inside its brackets.
+TEST(PolicyFile, ReadsTomlStringsAsTomlDoes) {
+  const Policy p = parse_policy_text("[ policy ]\nname = 'lit'  # comment\nmodels = \"a 5\\\" screen #1\"\n", "my.policy");
+  EXPECT_EQ(p.name, "lit");
+  EXPECT_EQ(p.models, "a 5\" screen #1");
+  Policy q = p;
+  q.models = "a \" #b \\ 'c'";
+  EXPECT_EQ(parse_policy_text(format_policy_text(q), "my.policy").models, q.models);
+  expect_error("name = 'a'b'\n", "line 1: the literal string of 'name'");
+}
+
 // Windows editors start UTF-8 files with a byte-order mark; it is not part of the first key. CRLF lines read too.
 TEST(PolicyFile, AcceptsAByteOrderMarkAndCrlfLines) {
   const Policy p = parse_policy_text("\xEF\xBB\xBFname = \"bom\"\r\ncoef = bf16\r\n", "my.policy");

@@ -161,14 +161,14 @@ Side open_side(const std::string& text, const io::InputReader* inputs, const std
   side.exact = group_is_exact(*side.file, side.group);
   side.grad_comb_dst_src = side.file->declared_comb_layout() == io::CombLayout::dst_src;
   // The root's comb_layout decides how grad_comb is read; one on the results (or their grad_comb) would be ignored.
-  if (side.group != "/")
-    for (const std::string& object : {std::string("/results"), side.group, side.dataset("grad_comb"),
-                                      side.dataset("grad_comb_f64")})
-      if (const auto name = side.file->comb_orientation_lookalike(object))
-        throw InputError(fmt::format("{}: {} has an attribute '{}', but mhcdiff reads the orientation of comb and "
-                                     "grad_comb only from the file root's attribute comb_layout; move it there{}",
-                                     side.spec.path, object, report::one_line(*name),
-                                     *name == "comb_layout" ? "" : " as comb_layout"));
+  std::vector<std::string> marked = {side.dataset("grad_comb"), side.dataset("grad_comb_f64")};
+  if (side.group != "/") marked.insert(marked.end(), {"/results", side.group});  // a bare dump has only its tensors
+  for (const std::string& object : marked)
+    if (const auto name = side.file->comb_orientation_lookalike(object))
+      throw InputError(fmt::format("{}: {} has an attribute '{}', but mhcdiff reads the orientation of comb and "
+                                   "grad_comb only from the file root's attribute comb_layout; move it there{}",
+                                   side.spec.path, object, report::one_line(*name),
+                                   *name == "comb_layout" ? "" : " as comb_layout"));
   for (const auto& name : side.file->datasets(side.group))
     if (is_known_tensor(name)) side.tensors.push_back(name);
   return side;

@@ -835,7 +835,7 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
   return v[0];
 }
 
-std::optional<std::string> comb_orientation_lookalike(hid_t object, bool exact) {
+std::optional<std::string> comb_orientation_lookalike(hid_t object, bool include_comb_layout) {
   std::vector<std::string> names;
   hsize_t idx = 0;
   H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attribute_name, &names);
@@ -847,19 +847,25 @@ std::optional<std::string> comb_orientation_lookalike(hid_t object, bool exact) 
     return key;
   };
   for (const std::string& name : names) {
-    if (name == "comb_layout" && !exact) continue;
+    if (name == "comb_layout" && !include_comb_layout) continue;
     const std::string key = squeezed(name, false);
     if (key == "comblayout" || key == "comborder" || key == "comborientation") return name;
-    if (const auto value = read_string_attribute(object, name)) {
-      const std::string v = squeezed(*value, true);
-      if (v == "src,dst" || v == "dst,src") return name;
-    }
+    // The value is read only where the name speaks of a layout or an order (a file may hold thousands of
+    // attributes, or long ones), and only as a short text: "dst,src", "DST, SRC" or h5py's ['dst', 'src'].
+    if (key.find("layout") == std::string::npos && key.find("order") == std::string::npos &&
+        key.find("orient") == std::string::npos)
+      continue;
+    Handle attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+    Handle type(attr.valid() ? H5Aget_type(attr.get()) : H5I_INVALID_HID);
+    if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING) continue;
+    const std::string v = squeezed(attribute_text(attr.get()), true);
+    if (v == "src,dst" || v == "dst,src") return name;
   }
   return std::nullopt;
 }
 
 std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path) {
-  if (const auto lookalike = comb_orientation_lookalike(file, /*exact=*/false))
+  if (const auto lookalike = comb_orientation_lookalike(file, /*include_comb_layout=*/false))
     throw InputError(fmt::format("{}: root attribute '{}' is not comb_layout, the one attribute mhcdiff reads comb's "
                                  "orientation from; name it comb_layout",
                                  path, report::one_line(*lookalike)));
@@ -887,7 +893,7 @@ std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object
 }
 
 namespace {
-const ObjectNameHint* g_innermost_hint = nullptr;  // HDF5 (serial) is used from one thread at a time
+thread_local const ObjectNameHint* g_innermost_hint = nullptr;
 }  // namespace
 
 ObjectNameHint::ObjectNameHint(hid_t object, std::function<std::string()> path)

@@ -155,10 +155,11 @@ std::optional<std::string> read_string_attribute(hid_t object, const std::string
 std::optional<CombLayout> declared_comb_layout(hid_t file, const std::string& path);
 // An attribute of `object` that looks meant to declare comb's orientation, where mhcdiff would not read it: its name,
 // compared in lower case without '-', '_', blanks and other punctuation, is comb_layout, comb_order or
-// comb_orientation ("comb-layout", "COMB_LAYOUT", "combLayout", "comb_layout " ...), or its value is one of the two
-// orientations (layout = "dst,src"). `exact` says whether comb_layout itself counts (not on the root, where it is the
-// real one). Ignoring such an attribute would read comb, or grad_comb, in the other orientation without a word.
-std::optional<std::string> comb_orientation_lookalike(hid_t object, bool exact);
+// comb_orientation ("comb-layout", "COMB_LAYOUT", "combLayout", "comb_layout " ...), or a name that speaks of a
+// layout, an order or an orientation holds one of the two orientations as text (layout = "dst,src", ['dst', 'src']).
+// `include_comb_layout`: whether comb_layout itself counts (not on the root, where it is the real one). Ignoring such
+// an attribute would read comb, or grad_comb, in the other orientation without a word.
+std::optional<std::string> comb_orientation_lookalike(hid_t object, bool include_comb_layout);
 
 // Every attribute of an object as text (strings as-is, numbers and small arrays printed).
 std::vector<std::pair<std::string, std::string>> attributes_as_text(hid_t object);

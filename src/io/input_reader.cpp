@@ -242,7 +242,7 @@ struct InputReader::Impl {
       const Handle inputs(H5Gopen2(file.get(), "/inputs", detail::local_group_access()));
       for (const auto& [object, where] : {std::pair{inputs.get(), "the group /inputs"},
                                           std::pair{comb.dataset.get(), "the dataset /inputs/comb"}})
-        if (const auto name = object >= 0 ? detail::comb_orientation_lookalike(object, /*exact=*/true) : std::nullopt)
+        if (const auto name = object >= 0 ? detail::comb_orientation_lookalike(object, /*include_comb_layout=*/true) : std::nullopt)
           fail(fmt::format("{} has an attribute '{}', but mhcdiff reads comb's orientation only from the file root's "
                            "attribute comb_layout; move it there{}",
                            where, report::one_line(*name), *name == "comb_layout" ? "" : " as comb_layout"));

@@ -215,7 +215,7 @@ std::optional<std::string> TensorFile::comb_orientation_lookalike(const std::str
   if (object != "/" && !detail::link_exists(impl_->file.get(), object)) return std::nullopt;
   Handle o(H5Oopen(impl_->file.get(), object.c_str(), detail::local_links()));
   if (!o.valid()) return std::nullopt;
-  return detail::comb_orientation_lookalike(o.get(), /*exact=*/true);
+  return detail::comb_orientation_lookalike(o.get(), /*include_comb_layout=*/true);
 }
 
 std::optional<CombLayout> TensorFile::declared_comb_layout() const {

@@ -100,14 +100,27 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-// Strips a '#' comment that is not inside a double-quoted string.
+// Strips a '#' comment that is not inside a string: a double-quoted one (where \" does not close it) or a
+// single-quoted (TOML literal) one.
 std::string_view strip_comment(std::string_view line) {
-  bool quoted = false;
+  char quote = 0;
   for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '"') quoted = !quoted;
-    else if (line[i] == '#' && !quoted) return line.substr(0, i);
+    const char c = line[i];
+    if (quote == '"' && c == '\\') ++i;  // the escaped character
+    else if (quote && c == quote) quote = 0;
+    else if (!quote && (c == '"' || c == '\'')) quote = c;
+    else if (!quote && c == '#') return line.substr(0, i);
   }
   return line;
+}
+
+// "[policy]", also with blanks inside the brackets as TOML allows ("[ policy ]").
+bool is_policy_header(const std::string& line) {
+  if (line.size() < 2 || line.front() != '[' || line.back() != ']') return false;
+  std::string inner;
+  for (char c : line.substr(1, line.size() - 2))
+    if (c != ' ' && c != '\t') inner += c;
+  return inner == "policy";
 }
 
 bool valid_policy_name(const std::string& n) {
@@ -153,7 +166,7 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
                          static_cast<unsigned>(static_cast<unsigned char>(c))));
     std::string line = trim(strip_comment(raw));
     if (line.empty()) continue;
-    if (line == "[policy]") {  // optional TOML table header, for readers who expect one: first, once
+    if (is_policy_header(line)) {  // optional TOML table header, for readers who expect one: first, once
       if (!seen.empty() || !seen_header.empty()) fail("'[policy]' may only open the file (once, before every key)");
       seen_header = line;
       continue;
@@ -183,6 +196,11 @@ Policy parse_policy_text(std::string_view text, const std::string& source) {
         unq += value[i];
       }
       value = unq;
+    } else if (value.front() == '\'') {
+      // A TOML literal string: no escapes, and no quote inside.
+      if (value.size() < 2 || value.back() != '\'' || value.find('\'', 1) != value.size() - 1)
+        fail(fmt::format("the literal string of '{}' must be one '...' with no ' inside (found {})", key, value));
+      value = value.substr(1, value.size() - 2);
     }
     if (!seen.insert(key).second) fail(fmt::format("'{}' is given twice", key));
     if (key == "name") {
