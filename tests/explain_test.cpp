@@ -13,6 +13,17 @@
 namespace mhc::investigate {
 namespace {
 
+// One element's inputs: p·x + Σ_k c[k]·r[k].
+ElementInputs element(float p, float x, std::initializer_list<float> c, std::initializer_list<float> r) {
+  ElementInputs e;
+  e.H = int(c.size());
+  e.p = p;
+  e.x = x;
+  std::copy(c.begin(), c.end(), e.c);
+  std::copy(r.begin(), r.end(), e.r);
+  return e;
+}
+
 ElementInputs seed_example_ho0() {
   // SPEC §7 seed-example, output stream 0: post = 1.003, comb = 0.5, x = 1, residual = -1, H = 2.
   ElementInputs e;
@@ -117,12 +128,7 @@ TEST(Explain, RoundingStepsReportWhatWasLost) {
 // A step of finite operands that overflows loses everything beyond the range: lost = exact − (±inf) = ∓inf, for the
 // fused step (fp32-seeded-fma's c·r + p·x, which reported the exact 6e38 + 1) as for the plain ones.
 TEST(Explain, AnOverflowingStepLosesMinusInfinity) {
-  ElementInputs e;
-  e.H = 1;
-  e.p = 1.0f;
-  e.x = 1.0f;
-  e.c[0] = 3e38f;
-  e.r[0] = 2.0f;  // c·r = 6e38, beyond binary32
+  ElementInputs e = element(1.0f, 1.0f, {3e38f}, {2.0f});  // c·r = 6e38, beyond binary32
   for (const char* policy : {"fp32-seeded", "fp32-seeded-fma"}) {
     for (float sign : {1.0f, -1.0f}) {
       e.r[0] = 2.0f * sign;
@@ -143,14 +149,7 @@ TEST(Explain, AnOverflowingStepLosesMinusInfinity) {
 // Operands are named by value, so the +0 that HF's mix sum starts from was shown as an input that happens to be +0:
 // "t2 = RN32(r0 + t1)" where the sum is 0 + t1. The accumulator's zero is a constant, shown as 0.
 TEST(Explain, TheZeroASumStartsFromIsNotNamedAsAnInput) {
-  ElementInputs e;
-  e.H = 2;
-  e.p = 1.5f;
-  e.x = 2.0f;
-  e.c[0] = 0.25f;
-  e.c[1] = 0.5f;
-  e.r[0] = 0.0f;
-  e.r[1] = 1.0f;
+  const ElementInputs e = element(1.5f, 2.0f, {0.25f, 0.5f}, {0.0f, 1.0f});
   const Explanation ex = explain_element(e, {0, 0, 0}, {find_policy("hf-bf16")});
   const PolicyTrace& hf = ex.policies[0];
   std::vector<std::string> exprs;
