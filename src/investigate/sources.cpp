@@ -85,11 +85,9 @@ OutSource resolve_out_source(const std::string& text, const std::vector<Policy>&
   // A policy's name where a file was expected: say how to write a computed side, as compare does.
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    const bool user_policy = std::any_of(user_policies.begin(), user_policies.end(),
-                                         [&](const Policy& p) { return p.name == text; });
-    std::optional<std::string> policy_name = user_policy ? std::optional<std::string>(text) : std::nullopt;
+    std::optional<std::string> policy_name;
     try {
-      if (!policy_name) policy_name = find_policy(text).name;
+      policy_name = find_policy_or_user(text, user_policies).name;
     } catch (const std::invalid_argument&) {
     }
     if (policy_name)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include "io/files.hpp"
@@ -242,7 +243,8 @@ struct InputReader::Impl {
       const Handle inputs(H5Gopen2(file.get(), "/inputs", detail::local_group_access()));
       for (const auto& [object, where] : {std::pair{inputs.get(), "the group /inputs"},
                                           std::pair{comb.dataset.get(), "the dataset /inputs/comb"}})
-        if (const auto name = object >= 0 ? detail::comb_orientation_lookalike(object, /*include_comb_layout=*/true) : std::nullopt)
+        if (const auto name =
+                object >= 0 ? detail::comb_orientation_lookalike(object, /*include_comb_layout=*/true) : std::nullopt)
           fail(fmt::format("{} has an attribute '{}', but mhcdiff reads comb's orientation only from the file root's "
                            "attribute comb_layout; move it there{}",
                            where, report::one_line(*name), *name == "comb_layout" ? "" : " as comb_layout"));
@@ -503,15 +505,21 @@ std::string results_inputs_checksum(const std::string& path, const std::string& 
 
 namespace {
 
-// The stored /inputs of `path` with comb transposed have checksum `checksum`; false when they do not or there are no
-// readable /inputs. `other`'s inputs must have the same shape, or the whole file is not read.
-bool stored_inputs_transposed_match(const std::string& path, const std::string& checksum, const std::string& other) {
+// The stored /inputs of `path` as results_inputs_checksum reads them, or nothing when it has no readable ones.
+std::optional<InputReader> stored_inputs(const std::string& path) {
   try {
-    ReadOptions stored;  // as results_inputs_checksum reads them
+    ReadOptions stored;
     stored.allow_nonfinite = true;
-    InputReader reader(path, stored);
-    if (!(reader.shape() == InputReader(other, stored).shape())) return false;
-    return reader.checksum(true) == checksum;
+    return InputReader(path, stored);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+// `reader`'s inputs with comb transposed have checksum `checksum` (false when they cannot be read).
+bool transposed_match(std::optional<InputReader>& reader, const std::string& checksum) {
+  try {
+    return reader && reader->checksum(true) == checksum;
   } catch (const InputError&) {
     return false;
   }
@@ -538,9 +546,10 @@ std::string source_comb_reading(const std::string& path) {
 
 std::string transposed_comb_hint(const std::string& path_a, const std::string& label_a, const std::string& checksum_a,
                                  const std::string& path_b, const std::string& label_b, const std::string& checksum_b) {
-  if (!stored_inputs_transposed_match(path_a, checksum_b, path_b) &&
-      !stored_inputs_transposed_match(path_b, checksum_a, path_a))
-    return "";
+  // Each file opened once; inputs of two shapes are not read through (an error path, but whole files).
+  std::optional<InputReader> a = stored_inputs(path_a), b = stored_inputs(path_b);
+  if (a && b && !(a->shape() == b->shape())) return "";
+  if (!transposed_match(a, checksum_b) && !transposed_match(b, checksum_a)) return "";
   std::string hint = "; they are the same inputs with comb read the other way round";
   const std::string read_a = source_comb_reading(path_a), read_b = source_comb_reading(path_b);
   if (!read_a.empty() && !read_b.empty()) hint += fmt::format(": {} read {}, {} read {}", label_a, read_a, label_b, read_b);

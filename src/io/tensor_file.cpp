@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <set>
 
 #include "io/files.hpp"
@@ -267,14 +266,14 @@ void TensorFile::read_f32(const std::string& dataset, int64_t first, int64_t cou
     // a float32 gradient through a float64 array); any that would round is refused.
     std::vector<double> wide(static_cast<size_t>(count));
     impl_->read(dataset, ds.get(), H5T_NATIVE_DOUBLE, first, count, wide.data());
+    // As InputReader narrows an fp32 slot: IEEE conversion (a value past float32's range becomes an infinity), then
+    // the value must come back unchanged.
     for (int64_t i = 0; i < count; ++i) {
       const double w = wide[size_t(i)];
-      // Past float32's range the conversion is undefined behaviour, not an infinity: refused before it.
-      const bool in_range = !std::isfinite(w) || std::fabs(w) <= double(std::numeric_limits<float>::max());
-      dst[i] = in_range ? static_cast<float>(w) : 0.0f;
-      if (!in_range || (!std::isnan(w) && double(dst[i]) != w))
+      dst[i] = static_cast<float>(w);
+      if (!std::isnan(w) && double(dst[i]) != w)
         impl_->fail(fmt::format("dataset {} is float64 and element {} ({}) is not a float32 value", dataset,
-                                detail::index_text(first + i, detail::dataset_dims(ds.get())), wide[size_t(i)]));
+                                detail::index_text(first + i, detail::dataset_dims(ds.get())), w));
     }
     return;
   }
